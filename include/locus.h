@@ -1,0 +1,95 @@
+/*
+ * locus: a NUMA-aware memory allocator for HPC on Linux.
+ *
+ * locus replaces the C allocator (malloc, free, ... and the C++ operators new
+ * and delete) when it is preloaded (LD_PRELOAD=liblocus.so) or linked
+ * (-llocus). This header declares the extra, locus-specific API; the standard
+ * allocation functions keep their usual declarations in <stdlib.h>/<malloc.h>.
+ *
+ * Every function here may be called at any time, from any thread, including
+ * before the first malloc.
+ */
+#ifndef LOCUS_H
+#define LOCUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOCUS_VERSION_MAJOR 0
+#define LOCUS_VERSION_MINOR 1
+#define LOCUS_VERSION_PATCH 0
+
+/* Version string, e.g. "0.1.0". */
+const char *locus_version(void);
+
+/* ---- The allocator under its own names ------------------------------------
+ * The same functions as malloc, free, ... . They always exist; a build with
+ * -DLOCUS_NO_OVERRIDE=ON exports only these (no malloc/free/new/delete), which
+ * lets locus run beside another allocator (sanitizers, fuzzers, comparisons). */
+void *locus_malloc(size_t size);
+void *locus_calloc(size_t count, size_t size);
+void *locus_realloc(void *ptr, size_t size);
+void *locus_reallocarray(void *ptr, size_t count, size_t size);
+void  locus_free(void *ptr);
+void  locus_free_sized(void *ptr, size_t size);
+void  locus_free_aligned_sized(void *ptr, size_t alignment, size_t size);
+int   locus_posix_memalign(void **out, size_t alignment, size_t size);
+void *locus_aligned_alloc(size_t alignment, size_t size);
+void *locus_memalign(size_t alignment, size_t size);
+void *locus_valloc(size_t size);
+void *locus_pvalloc(size_t size);
+size_t locus_usable_size(const void *ptr);
+
+/* ---- Profiles -------------------------------------------------------------
+ * A profile sets how much freed memory the memory sources keep for reuse:
+ *   "eco"  keep nothing: memory goes back to the OS at once (lowest footprint);
+ *   "uma"  keep up to LOCUS_CACHE_MAX bytes (default 500 MiB) in total;
+ *   "numa" keep up to LOCUS_CACHE_MAX bytes per NUMA node.
+ * The initial profile comes from LOCUS_PROFILE (default "uma").
+ * Returns 0, or -1 with errno = EINVAL for an unknown name. Switching to a
+ * profile with a smaller bound releases the excess at once. */
+int locus_set_profile(const char *name);
+const char *locus_get_profile(void);
+
+/* Return every cached (free but retained) byte of every memory source to the
+ * OS now. Returns the number of bytes released. Resident memory goes down. */
+size_t locus_release(void);
+
+/* Bytes currently cached (retained for reuse) by all memory sources. */
+size_t locus_cached_bytes(void);
+
+/* Reclaim what the calling thread's heap can give back now: drain its queue of
+ * blocks freed by other threads and return its empty macro-blocks. */
+void locus_collect(void);
+
+/* ---- Statistics ----------------------------------------------------------- */
+typedef struct locus_stats {
+  uint64_t bytes_in_use;        /* bytes of live large segments and heap macro-blocks */
+  uint64_t bytes_cached;        /* bytes retained by the memory sources */
+  uint64_t peak_footprint;      /* highest bytes_in_use + bytes_cached seen */
+  uint64_t mmap_calls, munmap_calls, mremap_calls, madvise_calls;
+  uint64_t cache_hits, cache_misses;
+  uint64_t bytes_returned;      /* bytes given back to the OS (munmap/madvise) */
+  uint64_t heaps_live, heaps_orphaned;
+} locus_stats_t;
+
+/* Fill *st with process-wide totals. */
+void locus_stats_get(locus_stats_t *st);
+
+/* Print a readable report to stderr (or the file named by LOCUS_STATS_FILE). */
+void locus_stats_print(void);
+
+/* Write the statistics as one JSON object into buf (always NUL-terminated when
+ * len > 0). Returns the length the full text needs, excluding the NUL, like
+ * snprintf: a return value >= len means the text was truncated. */
+size_t locus_stats_json(char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOCUS_H */

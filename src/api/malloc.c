@@ -1,0 +1,286 @@
+/* The C allocation API. Fast paths (small malloc, local small free) are
+ * inlined here; everything else goes to the heap, medium and large modules.
+ *
+ * Every function exists as locus_<name>; the standard names are aliases
+ * unless LOCUS_NO_OVERRIDE is defined. */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Sizes at or above this can never be satisfied (glibc uses the same bound). */
+#define MAX_REQUEST ((size_t)PTRDIFF_MAX - 2 * PAGE_SIZE)
+
+static NOINLINE void *fail_enomem(void) {
+  errno = ENOMEM;
+  return NULL;
+}
+
+static NOINLINE void *small_slow(heap_t *h, unsigned cls) {
+  void *p = small_alloc_slow(h, cls);
+  return p ? p : fail_enomem();
+}
+
+static ALWAYS_INLINE void *small_alloc(heap_t *h, unsigned cls) {
+  run_t *run = h->cur[cls];
+  void **b = run->free;
+  if (likely(b)) {
+    run->free = b[0];
+    run->used++;
+    b[1] = NULL;                       /* clears the freed-block tag */
+    return b;
+  }
+  return small_slow(h, cls);
+}
+
+/* Medium or large; align is a power of two >= 16. */
+static NOINLINE void *big_alloc(size_t size, size_t align, bool zero) {
+  if (unlikely(size > MAX_REQUEST)) return fail_enomem();
+  void *p;
+  if (size <= locus_opt.large_threshold && align <= locus_opt.large_threshold / 4 &&
+      size + align <= locus_opt.large_threshold)
+    p = medium_alloc(heap_get(), size, align, zero);
+  else
+    p = large_alloc(size, align, zero);
+  return p ? p : fail_enomem();
+}
+
+LOCUS_EXPORT void *locus_malloc(size_t size) {
+  if (likely(size <= SMALL_MAX)) return small_alloc(heap_get(), size_class(size));
+  return big_alloc(size, ALIGN_MIN, false);
+}
+
+/* Smallest class at least `size` whose blocks are all `align`-aligned: runs
+ * start on page boundaries, so a class is aligned when its size is a
+ * multiple of align. Returns NUM_CLASSES when none fits. */
+static unsigned aligned_class(size_t size, size_t align) {
+  if (align > PAGE_SIZE) return NUM_CLASSES;
+  size = align_up(size ? size : 1, align);
+  if (size > SMALL_MAX) return NUM_CLASSES;
+  unsigned c = size_class(size);
+  while (c < NUM_CLASSES && locus_class_size[c] % align) c++;
+  return c;
+}
+
+void *locus_alloc_aligned(size_t size, size_t align) {
+  if (align <= ALIGN_MIN) return locus_malloc(size);
+  unsigned c = aligned_class(size, align);
+  if (c < NUM_CLASSES) return small_alloc(heap_get(), c);
+  return big_alloc(size, align, false);
+}
+
+LOCUS_EXPORT void *locus_calloc(size_t count, size_t size) {
+  size_t n;
+  if (unlikely(__builtin_mul_overflow(count, size, &n))) return fail_enomem();
+  if (likely(n <= SMALL_MAX)) {
+    void *p = small_alloc(heap_get(), size_class(n));
+    if (p) memset(p, 0, n);
+    return p;
+  }
+  return big_alloc(n, ALIGN_MIN, true);
+}
+
+/* ---- free ------------------------------------------------------------------ */
+
+static ALWAYS_INLINE void remote_push(heap_t *owner, void *p) {
+  void **b = p;
+  b[1] = (void *)block_tag(b);
+  void *head = atomic_load_explicit(&owner->remote, memory_order_relaxed);
+  do {
+    b[0] = head;
+  } while (!atomic_compare_exchange_weak_explicit(&owner->remote, &head, b, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+static NOINLINE void bad_small(const void *p, const char *fn, bool interior) {
+  if (interior) locus_fatal("%s(): invalid pointer %p (not the start of a block allocated by locus)", fn, p);
+  locus_fatal("%s(): double free of %p (small block already freed)", fn, p);
+}
+
+/* Checks a small block pointer; returns its run and block index. Blocks
+ * never carved (or in a retired run, whose carved count is 0) are only
+ * checked by the owner, the one writer of `carved`. */
+static ALWAYS_INLINE run_t *small_check(chunk_t *c, const void *p, const char *fn, size_t *idx) {
+  size_t off;
+  run_t *run = chunk_run_of(c, p, &off);
+  *idx = run_index(run, off);
+  if (unlikely(*idx >= run->capacity)) bad_small(p, fn, true);
+  if (unlikely(((const uintptr_t *)p)[1] == block_tag(p))) bad_small(p, fn, false);
+  return run;
+}
+
+static NOINLINE void free_other(void *p, region_t *r, const char *fn) {
+  if (unlikely(!r))
+    locus_fatal("%s(): invalid pointer %p (not allocated by locus, or already freed)", fn, p);
+  if (r->kind == REGION_MEDIUM) {
+    chunk_t *c = (chunk_t *)r;
+    heap_t *h = locus_tls_heap;
+    bool local = c->r.heap == h;
+    medium_check(c, p, fn, local);
+    if (local) medium_free_local(h, c, p);
+    else remote_push(c->r.heap, p);
+    return;
+  }
+  if (r->kind == REGION_LARGE) {
+    large_free(large_check(r, p, fn));
+    return;
+  }
+  locus_fatal("%s(): invalid pointer %p (region %p has unknown kind %u: heap corrupted?)", fn, p, r,
+              (unsigned)r->kind);
+}
+
+static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
+  if (unlikely(!p)) return;
+  region_t *r = registry_lookup(p);
+  if (likely(r && r->kind == REGION_SMALL)) {
+    chunk_t *c = (chunk_t *)r;
+    size_t idx;
+    run_t *run = small_check(c, p, fn, &idx);
+    heap_t *h = locus_tls_heap;
+    if (likely(c->r.heap == h)) {
+      if (unlikely(idx >= run->carved)) bad_small(p, fn, true);
+      small_free_local(h, c, run, p);
+    } else {
+      remote_push(c->r.heap, p);
+    }
+    return;
+  }
+  free_other(p, r, fn);
+}
+
+LOCUS_EXPORT void locus_free(void *p) { free_impl(p, "free"); }
+void locus_free_checked(void *p, const char *fn) { free_impl(p, fn); }
+LOCUS_EXPORT void locus_free_sized(void *p, size_t size) { free_impl(p, "free_sized"); }
+LOCUS_EXPORT void locus_free_aligned_sized(void *p, size_t align, size_t size) {
+  free_impl(p, "free_aligned_sized");
+}
+
+/* ---- sizes and realloc ----------------------------------------------------- */
+
+/* Usable bytes of a live block; aborts on a pointer locus does not own. */
+static size_t usable_checked(const void *p, region_t *r, const char *fn) {
+  if (!r) locus_fatal("%s(): invalid pointer %p (not allocated by locus, or already freed)", fn, p);
+  switch (r->kind) {
+  case REGION_SMALL: {
+    size_t idx;
+    return small_check((chunk_t *)r, p, fn, &idx)->bsize;
+  }
+  case REGION_MEDIUM:
+    medium_check((chunk_t *)r, p, fn, ((chunk_t *)r)->r.heap == locus_tls_heap);
+    return medium_usable(p);
+  case REGION_LARGE: return large_usable(large_check(r, p, fn));
+  }
+  locus_fatal("%s(): invalid pointer %p (unknown region kind)", fn, p);
+}
+
+LOCUS_EXPORT size_t locus_usable_size(const void *p) {
+  if (!p) return 0;
+  return usable_checked(p, registry_lookup(p), "malloc_usable_size");
+}
+
+static void *realloc_move(void *p, size_t old_usable, size_t size) {
+  void *q = locus_malloc(size);
+  if (!q) return NULL;
+  memcpy(q, p, old_usable < size ? old_usable : size);
+  free_impl(p, "realloc");
+  return q;
+}
+
+LOCUS_EXPORT void *locus_realloc(void *p, size_t size) {
+  if (!p) return locus_malloc(size);
+  if (size == 0) {                     /* glibc: free and return NULL */
+    free_impl(p, "realloc");
+    return NULL;
+  }
+  if (unlikely(size > MAX_REQUEST)) return fail_enomem();
+  region_t *r = registry_lookup(p);
+  size_t usable = usable_checked(p, r, "realloc");
+  switch (r->kind) {
+  case REGION_SMALL:
+    /* Stay while the block is at most twice what is needed. */
+    if (size <= usable && size >= usable / 2) return p;
+    break;
+  case REGION_MEDIUM: {
+    chunk_t *c = (chunk_t *)r;
+    heap_t *h = locus_tls_heap;
+    if (size > SMALL_MAX && size <= locus_opt.large_threshold && c->r.heap == h &&
+        medium_resize_in_place(h, c, p, size))
+      return p;
+    break;
+  }
+  case REGION_LARGE:
+    if (size > locus_opt.large_threshold) {
+      void *q = large_realloc((large_t *)r, p, size);
+      return q;
+    }
+    break;
+  }
+  return realloc_move(p, usable, size);
+}
+
+LOCUS_EXPORT void *locus_reallocarray(void *p, size_t count, size_t size) {
+  size_t n;
+  if (__builtin_mul_overflow(count, size, &n)) return fail_enomem();
+  return locus_realloc(p, n);
+}
+
+/* ---- aligned allocation ---------------------------------------------------- */
+
+LOCUS_EXPORT int locus_posix_memalign(void **out, size_t align, size_t size) {
+  if (align < sizeof(void *) || !is_pow2(align)) return EINVAL;
+  int saved = errno;
+  void *p = locus_alloc_aligned(size, align);
+  if (!p) {
+    errno = saved;                     /* POSIX: report through the return value */
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+/* glibc 2.36 semantics for memalign and aligned_alloc: an alignment that is
+ * not a power of two is rounded up to the next one; one above SIZE_MAX/2+1
+ * cannot be met (EINVAL). */
+LOCUS_EXPORT void *locus_memalign(size_t align, size_t size) {
+  if (align > SIZE_MAX / 2 + 1) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (!is_pow2(align)) align = align <= 1 ? 1 : (size_t)1 << (log2_floor(align - 1) + 1);
+  return locus_alloc_aligned(size, align);
+}
+
+LOCUS_EXPORT void *locus_aligned_alloc(size_t align, size_t size) { return locus_memalign(align, size); }
+LOCUS_EXPORT void *locus_valloc(size_t size) { return locus_alloc_aligned(size, PAGE_SIZE); }
+LOCUS_EXPORT void *locus_pvalloc(size_t size) {
+  if (size > MAX_REQUEST) return fail_enomem();
+  return locus_alloc_aligned(size ? align_up(size, PAGE_SIZE) : PAGE_SIZE, PAGE_SIZE);
+}
+
+/* ---- the standard names ---------------------------------------------------- */
+#ifndef LOCUS_NO_OVERRIDE
+#define ALIAS(name, target) __typeof__(target) name LOCUS_EXPORT __attribute__((alias(#target)))
+ALIAS(malloc, locus_malloc);
+ALIAS(calloc, locus_calloc);
+ALIAS(realloc, locus_realloc);
+ALIAS(reallocarray, locus_reallocarray);
+ALIAS(free, locus_free);
+ALIAS(cfree, locus_free);
+ALIAS(free_sized, locus_free_sized);
+ALIAS(free_aligned_sized, locus_free_aligned_sized);
+ALIAS(posix_memalign, locus_posix_memalign);
+ALIAS(aligned_alloc, locus_aligned_alloc);
+ALIAS(memalign, locus_memalign);
+ALIAS(valloc, locus_valloc);
+ALIAS(pvalloc, locus_pvalloc);
+ALIAS(malloc_usable_size, locus_usable_size);
+/* glibc's internal names, for programs and libraries that call them directly. */
+ALIAS(__libc_malloc, locus_malloc);
+ALIAS(__libc_calloc, locus_calloc);
+ALIAS(__libc_realloc, locus_realloc);
+ALIAS(__libc_free, locus_free);
+ALIAS(__libc_memalign, locus_memalign);
+ALIAS(__libc_valloc, locus_valloc);
+ALIAS(__libc_pvalloc, locus_pvalloc);
+ALIAS(__posix_memalign, locus_posix_memalign);
+#endif

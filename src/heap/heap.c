@@ -1,0 +1,243 @@
+/* Heap lifecycle (SPEC §2, seed 000 §4.6.1, §4.9): one heap per thread, found
+ * through a thread-local pointer set at the thread's first allocation. Only
+ * the owner touches a heap's lists, so the owner never locks. Other threads
+ * free into the heap's lock-free MPSC stack (`remote`), which the owner
+ * drains. When a thread exits its heap becomes an orphan: its blocks stay
+ * valid and may be freed by anyone (they land in the stack), and the next new
+ * thread adopts it, so thread churn reuses heaps instead of leaking them.
+ *
+ * Heap records are never unmapped: a stale pointer to a heap (from a chunk
+ * header) always names valid memory. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+
+#include "internal.h"
+
+__thread heap_t *locus_tls_heap __attribute__((tls_model("initial-exec")));
+uint64_t locus_free_key;
+run_t locus_empty_run = {.state = RUN_FULL};
+atomic_int locus_init_state;
+
+static lock_t heaps_lock;           /* guards all_heaps, orphans, the record arena */
+static heap_t *all_heaps;
+static heap_t *orphans;
+static char *arena_next, *arena_end;
+static pthread_key_t exit_key;
+
+static heap_t *heap_record_new(void) {
+  size_t sz = align_up(sizeof(heap_t), CACHE_LINE);
+  if ((size_t)(arena_end - arena_next) < sz) {
+    size_t len = 64 * sz;
+    char *p = os_map(len);
+    if (!p) return NULL;
+    arena_next = p;
+    arena_end = p + len;
+  }
+  heap_t *h = (heap_t *)arena_next;
+  arena_next += sz;
+  return h;
+}
+
+static void heap_reset_classes(heap_t *h) {
+  for (unsigned i = 0; i < NUM_CLASSES; i++) h->cur[i] = &locus_empty_run;
+}
+
+static void heap_bind_thread(heap_t *h) {
+  h->tid = os_gettid();
+  h->node = topology_thread_node();
+  h->state = HEAP_LIVE;
+  locus_tls_heap = h;
+  pthread_setspecific(exit_key, h);    /* after the TLS store: may call calloc */
+}
+
+static void heap_abandon(void *arg);
+
+heap_t *heap_get_slow(void) {
+  locus_init();
+  lock_acquire(&heaps_lock);
+  heap_t *h = orphans;
+  if (h) {
+    orphans = h->next_orphan;
+    h->next_orphan = NULL;
+  } else {
+    h = heap_record_new();
+    if (!h) {
+      lock_release(&heaps_lock);
+      locus_fatal("out of memory while creating a thread heap");
+    }
+    memset(h, 0, sizeof *h);
+    heap_reset_classes(h);
+    h->next_all = all_heaps;
+    all_heaps = h;
+  }
+  lock_release(&heaps_lock);
+  heap_bind_thread(h);
+  heap_drain_remote(h);
+  return h;
+}
+
+/* Blocks freed by other threads come back to their runs and bins. The stack
+ * is taken whole with one exchange, so there is no ABA problem: producers only
+ * push, the single consumer only swaps the head for NULL. */
+void heap_drain_remote(heap_t *h) {
+  void *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
+  while (b) {
+    void *next = *(void **)b;
+    chunk_t *c = (chunk_t *)registry_lookup(b);
+    if (c->r.kind == REGION_SMALL) {
+      size_t off;
+      run_t *run = chunk_run_of(c, b, &off);
+      small_free_local(h, c, run, b);
+    } else {
+      medium_free_local(h, c, b);
+    }
+    b = next;
+  }
+}
+
+/* Empty chunks go back to the source; the heap keeps one standard-size spare
+ * so that a thread oscillating around a chunk boundary does not map and unmap. */
+void heap_chunk_release(heap_t *h, chunk_t *c) {
+  chunk_t **list = c->r.kind == REGION_SMALL ? &h->small_chunks : &h->medium_chunks;
+  if (c->prev) c->prev->next = c->next;
+  else *list = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->next = c->prev = NULL;
+  h->chunks--;
+  if (!h->spare && c->r.size == CHUNK_SIZE && h->state == HEAP_LIVE) {
+    h->spare = c;
+    return;
+  }
+  registry_remove(&c->r);
+  source_free(c->r.source, c, c->r.size);
+}
+
+static size_t medium_chunk_size(void) {
+  size_t need = align_up(2 * locus_opt.large_threshold + 64 * KiB, MiB);
+  return need > CHUNK_SIZE ? need : CHUNK_SIZE;
+}
+
+chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
+  size_t size = kind == REGION_SMALL ? CHUNK_SIZE : medium_chunk_size();
+  chunk_t *c;
+  if (h->spare && h->spare->r.size == size) {
+    c = h->spare;
+    h->spare = NULL;
+  } else {
+    bool zeroed;
+    source_t *src = source_for_node(h->node);
+    c = source_alloc(src, size, &zeroed);
+    if (!c) return NULL;
+    c->r = (region_t){.size = size, .zeroed = zeroed, .source = src, .heap = h,
+                      .node = (uint16_t)(h->node < 0 ? 0xffff : h->node)};
+    registry_add(&c->r);
+  }
+  c->r.kind = (uint8_t)kind;
+  c->r.heap = h;
+  c->next = c->prev = NULL;
+  c->hiwater = 0;
+  h->chunks++;
+  if (kind == REGION_SMALL) {
+    c->free_runs = ~(uint64_t)1;       /* run 0 holds this header */
+    memset(c->runs, 0, sizeof c->runs);  /* RUN_FREE, capacity 0: no pointer is valid yet */
+  } else {
+    medium_chunk_init(h, c);
+  }
+  chunk_t **list = kind == REGION_SMALL ? &h->small_chunks : &h->medium_chunks;
+  c->next = *list;
+  if (*list) (*list)->prev = c;
+  *list = c;
+  return c;
+}
+
+void heap_collect(heap_t *h) {
+  heap_drain_remote(h);
+  if (h->spare) {
+    chunk_t *c = h->spare;
+    h->spare = NULL;
+    registry_remove(&c->r);
+    source_free(c->r.source, c, c->r.size);
+  }
+}
+
+/* Thread exit (TSD destructor). Later destructors of the same thread may still
+ * allocate: they get a heap again (adopting or creating one), which is
+ * abandoned again at the next destructor round. */
+static void heap_abandon(void *arg) {
+  heap_t *h = arg;
+  if (!h || locus_tls_heap != h) return;
+  heap_collect(h);
+  locus_tls_heap = NULL;
+  lock_acquire(&heaps_lock);
+  h->state = HEAP_ORPHAN;
+  h->tid = 0;
+  h->next_orphan = orphans;
+  orphans = h;
+  lock_release(&heaps_lock);
+}
+
+void heaps_counts(size_t *live, size_t *orphaned) {
+  lock_acquire(&heaps_lock);
+  for (heap_t *h = all_heaps; h; h = h->next_all) {
+    if (h->state == HEAP_LIVE) ++*live;
+    else if (h->state == HEAP_ORPHAN) ++*orphaned;
+  }
+  lock_release(&heaps_lock);
+}
+
+/* fork(): the child has only the forking thread. Other live heaps may have
+ * been mid-update, so they are never used again (DEAD): frees of their blocks
+ * still go to their stacks, which nobody drains. Orphans are consistent and
+ * stay adoptable. */
+void heaps_fork_prepare(void) { lock_acquire(&heaps_lock); }
+void heaps_fork_parent(void) { lock_release(&heaps_lock); }
+void heaps_fork_child(void) {
+  heap_t *self = locus_tls_heap;
+  for (heap_t *h = all_heaps; h; h = h->next_all)
+    if (h != self && h->state == HEAP_LIVE) h->state = HEAP_DEAD;
+  if (self) self->tid = os_gettid();
+  lock_release(&heaps_lock);
+}
+
+static void fork_prepare(void) {
+  heaps_fork_prepare();
+  sources_fork_prepare();
+}
+static void fork_parent(void) {
+  sources_fork_parent();
+  heaps_fork_parent();
+}
+static void fork_child(void) {
+  sources_fork_child();
+  heaps_fork_child();
+}
+
+/* One-time global initialisation; may run inside the first malloc of the
+ * process (from the dynamic loader), so nothing here allocates. */
+void locus_init(void) {
+  int st = atomic_load_explicit(&locus_init_state, memory_order_acquire);
+  if (likely(st == 2)) return;
+  int zero = 0;
+  if (!atomic_compare_exchange_strong(&locus_init_state, &zero, 1)) {
+    while (atomic_load_explicit(&locus_init_state, memory_order_acquire) != 2) sched_yield();
+    return;
+  }
+  options_init();
+  topology_init();
+  sources_init();
+  small_init();
+  locus_free_key = os_random() | 1;
+  pthread_key_create(&exit_key, heap_abandon);
+  atomic_store_explicit(&locus_init_state, 2, memory_order_release);
+}
+
+/* Registered from a constructor, outside any malloc call: pthread_atfork may
+ * itself allocate. */
+__attribute__((constructor)) static void locus_ctor(void) {
+  locus_init();
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+__attribute__((destructor)) static void locus_dtor(void) { stats_at_exit(); }

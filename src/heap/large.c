@@ -1,0 +1,100 @@
+/* Large blocks (above the large threshold): one region each, straight from the
+ * memory source of the thread's node. The header sits at the region start;
+ * the payload starts at a random multiple of 64 bytes within the first page
+ * (SPEC §5: large arrays aligned on the same power of two share cache sets).
+ * realloc resizes with mremap: the kernel moves page-table entries, no copy. */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define HDR_ROOM 64u
+
+static size_t color_offset(void) {
+  static atomic_size_t counter;
+  if (!locus_opt.color) return 0;
+  size_t x = atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) * 0x9e3779b97f4a7c15ull;
+  x ^= x >> 29;
+  return (x % (PAGE_SIZE / 64 - 1)) * 64;   /* header + offset stay within the first page */
+}
+
+static size_t region_bytes(size_t off, size_t size) {
+  size_t n = align_up(off + size, PAGE_SIZE);
+  return n < SLICE_SIZE ? SLICE_SIZE : n;
+}
+
+void *large_alloc(size_t size, size_t align, bool zero) {
+  heap_t *h = heap_get();
+  source_t *src = source_for_node(h->node);
+  size_t off = align <= 64 ? HDR_ROOM + color_offset() : align_up(HDR_ROOM, align);
+  size_t slack = align > PAGE_SIZE ? align : 0;   /* regions are only page-aligned */
+  if (size > PTRDIFF_MAX - off - slack - PAGE_SIZE) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t total = region_bytes(off + slack, size);
+  bool zeroed;
+  char *base = source_alloc(src, total, &zeroed);
+  if (!base) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (slack) off = align_up((uintptr_t)base + HDR_ROOM, align) - (uintptr_t)base;
+  large_t *l = (large_t *)base;
+  l->r = (region_t){.size = total, .kind = REGION_LARGE, .zeroed = zeroed, .source = src,
+                    .node = (uint16_t)(h->node < 0 ? 0xffff : h->node)};
+  l->user_off = off;
+  l->user_size = size;
+  l->magic = LARGE_LIVE;
+  registry_add(&l->r);
+  char *p = base + off;
+  if (zero && !zeroed) {
+    /* Recycled: clear the rest of the header page, then only the resident pages. */
+    size_t head = PAGE_SIZE - off % PAGE_SIZE;
+    char *page = p + head;
+    memset(p, 0, head < size ? head : size);
+    if (page < base + total) os_zero_resident(page, (size_t)(base + total - page));
+  }
+  return p;
+}
+
+large_t *large_check(region_t *r, const void *p, const char *fn) {
+  large_t *l = (large_t *)r;
+  if ((const char *)p != (char *)l + l->user_off)
+    locus_fatal("%s(): invalid pointer %p (inside a large block at %p, not its start)", fn, p,
+                (char *)l + l->user_off);
+  if (l->magic != LARGE_LIVE) locus_fatal("%s(): double free of %p (large block)", fn, p);
+  return l;
+}
+
+void large_free(large_t *l) {
+  l->magic = 0;
+  registry_remove(&l->r);
+  source_free(l->r.source, l, l->r.size);
+}
+
+/* Returns the moved or resized block, or NULL (errno ENOMEM) leaving p intact. */
+void *large_realloc(large_t *l, void *p, size_t size) {
+  size_t off = l->user_off;
+  if (size > PTRDIFF_MAX - off - PAGE_SIZE) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t total = region_bytes(off, size);
+  if (total == l->r.size) {
+    l->user_size = size;
+    return p;
+  }
+  registry_remove(&l->r);
+  large_t *n = source_resize(l->r.source, l, l->r.size, total);
+  if (!n) {
+    registry_add(&l->r);
+    errno = ENOMEM;
+    return NULL;
+  }
+  n->r.size = total;
+  n->user_size = size;
+  n->r.zeroed = false;
+  registry_add(&n->r);
+  return (char *)n + off;
+}

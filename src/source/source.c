@@ -1,0 +1,223 @@
+/* Memory sources (SPEC §2, seed 000 §4.7): a cache between the heaps and
+ * mmap/munmap/mremap. Freed chunks and large segments are kept; a request
+ * takes the cached segment of the closest size and fits it with mremap (grow:
+ * the new tail is fresh virtual memory; shrink: split and keep the rest), so
+ * cached pages are reused even when sizes do not match, and large segments do
+ * not fragment. One source per NUMA node plus a generic one.
+ *
+ * Invariants: every cached segment is page-aligned, at least one registry
+ * slice long, and belongs to no region (it is not in the registry). `cached`
+ * is the sum of the cached sizes and never exceeds the profile's bound. */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include "internal.h"
+
+#define MAX_NODES 64
+static source_t generic_source = {.node = -1};
+static source_t node_sources[MAX_NODES];
+static int nsources;
+
+void sources_init(void) {
+  nsources = topology_nodes();
+  if (nsources > MAX_NODES) nsources = MAX_NODES;
+  for (int i = 0; i < nsources; i++) node_sources[i].node = i;
+}
+
+source_t *source_for_node(int node) {
+  if (node < 0 || node >= nsources || locus_opt.profile != PROFILE_NUMA) return &generic_source;
+  return &node_sources[node];
+}
+
+#define FOR_EACH_SOURCE(s)                                                             \
+  for (source_t *s = &generic_source, *_end = &node_sources[nsources]; s != _end;       \
+       s = (s == &generic_source ? node_sources : s + 1))
+
+size_t source_cached_total(void) {
+  size_t n = 0;
+  FOR_EACH_SOURCE(s) n += __atomic_load_n(&s->cached, __ATOMIC_RELAXED);
+  return n;
+}
+
+static void seg_remove(source_t *s, size_t i) {
+  s->cached -= s->seg[i].size;
+  s->seg[i] = s->seg[--s->nseg];
+}
+
+/* Closest size to `size`; ties favour the larger segment (no syscall to split). */
+static ptrdiff_t seg_closest(source_t *s, size_t size) {
+  ptrdiff_t best = -1;
+  size_t best_d = SIZE_MAX;
+  for (size_t i = 0; i < s->nseg; i++) {
+    size_t z = s->seg[i].size;
+    size_t d = z >= size ? z - size : size - z;
+    if (d < best_d || (d == best_d && z > s->seg[best].size)) { best = (ptrdiff_t)i; best_d = d; }
+    if (d == 0) break;
+  }
+  return best;
+}
+
+static void accounting_out(source_t *s, size_t size) {
+  stat_add(&locus_stats.in_use, size);
+  __atomic_add_fetch(&s->in_use, size, __ATOMIC_RELAXED);
+  stats_update_peak();
+}
+
+void *source_alloc(source_t *s, size_t size, bool *zeroed) {
+  if (s->nseg) {
+    lock_acquire(&s->lock);
+    ptrdiff_t i = seg_closest(s, size);
+    if (i >= 0) {
+      seg_t g = s->seg[i];
+      if (g.size >= size) {
+        size_t rest = g.size - size, taken = g.size;
+        if (rest >= SLICE_SIZE) {          /* keep the tail cached */
+          s->seg[i].base = (char *)g.base + size;
+          s->seg[i].size = rest;
+          s->cached -= size;
+          taken = size;
+          rest = 0;
+        } else {
+          seg_remove(s, (size_t)i);
+        }
+        s->hits++;
+        lock_release(&s->lock);
+        stat_sub(&locus_stats.cached, taken);
+        if (rest) os_unmap((char *)g.base + size, rest);   /* too short to ever serve a region */
+        stat_add(&locus_stats.hits, 1);
+        *zeroed = false;
+        accounting_out(s, size);
+        return g.base;
+      }
+      seg_remove(s, (size_t)i);
+      s->hits++;
+      lock_release(&s->lock);
+      stat_sub(&locus_stats.cached, g.size);
+      void *p = os_remap(g.base, g.size, size, true);
+      if (p) {
+        stat_add(&locus_stats.hits, 1);
+        *zeroed = false;
+        accounting_out(s, size);
+        return p;
+      }
+      os_unmap(g.base, g.size);           /* cannot grow: give it back and map anew */
+    } else {
+      lock_release(&s->lock);
+    }
+  }
+  __atomic_add_fetch(&s->misses, 1, __ATOMIC_RELAXED);
+  stat_add(&locus_stats.misses, 1);
+  void *p = os_map(size);
+  if (!p && source_release_all()) p = os_map(size);   /* under RLIMIT_AS: drop caches first */
+  if (!p) return NULL;
+  *zeroed = true;
+  accounting_out(s, size);
+  return p;
+}
+
+/* Caller holds the lock. Evicts the oldest segments until `need` more bytes fit;
+ * returns them through out[] for unmapping outside the lock. */
+static size_t evict_for(source_t *s, size_t need, seg_t *out, size_t max_out) {
+  size_t n = 0;
+  while (s->nseg && n < max_out && (s->cached + need > locus_opt.cache_max || s->nseg == SOURCE_SLOTS)) {
+    size_t old = 0;
+    for (size_t i = 1; i < s->nseg; i++)
+      if (s->seg[i].stamp < s->seg[old].stamp) old = i;
+    out[n++] = s->seg[old];
+    seg_remove(s, old);
+  }
+  return n;
+}
+
+static void unmap_all(seg_t *v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    stat_sub(&locus_stats.cached, v[i].size);
+    os_unmap(v[i].base, v[i].size);
+  }
+}
+
+void source_free(source_t *s, void *p, size_t size) {
+  stat_sub(&locus_stats.in_use, size);
+  __atomic_sub_fetch(&s->in_use, size, __ATOMIC_RELAXED);
+  if (size > locus_opt.cache_max_segment || size > locus_opt.cache_max) {
+    os_unmap(p, size);
+    return;
+  }
+  if (locus_opt.lazy_release) os_free_lazily(p, size);
+  seg_t victims[8];
+  lock_acquire(&s->lock);
+  size_t nv = evict_for(s, size, victims, 8);
+  if (s->cached + size > locus_opt.cache_max || s->nseg == SOURCE_SLOTS) {
+    lock_release(&s->lock);
+    unmap_all(victims, nv);
+    os_unmap(p, size);
+    return;
+  }
+  /* Merge with a cached neighbour in the address space: one larger segment
+   * serves more requests than two pieces. */
+  char *lo = p, *hi = (char *)p + size;
+  for (size_t i = 0; i < s->nseg;) {
+    seg_t *g = &s->seg[i];
+    if ((char *)g->base + g->size == lo) lo = g->base;
+    else if ((char *)g->base == hi) hi = hi + g->size;
+    else { i++; continue; }
+    s->cached -= g->size;
+    s->seg[i] = s->seg[--s->nseg];
+  }
+  s->seg[s->nseg++] = (seg_t){.base = lo, .size = (size_t)(hi - lo), .stamp = ++s->clock};
+  s->cached += size;
+  lock_release(&s->lock);
+  stat_add(&locus_stats.cached, size);
+  stats_update_peak();
+  unmap_all(victims, nv);
+}
+
+void *source_resize(source_t *s, void *p, size_t old_size, size_t new_size) {
+  void *q = os_remap(p, old_size, new_size, true);
+  if (!q) return NULL;
+  if (new_size > old_size) {
+    stat_add(&locus_stats.in_use, new_size - old_size);
+    __atomic_add_fetch(&s->in_use, new_size - old_size, __ATOMIC_RELAXED);
+    stats_update_peak();
+  } else {
+    stat_sub(&locus_stats.in_use, old_size - new_size);
+    __atomic_sub_fetch(&s->in_use, old_size - new_size, __ATOMIC_RELAXED);
+    stat_add(&locus_stats.returned, old_size - new_size);
+  }
+  return q;
+}
+
+size_t source_trim(source_t *s, size_t keep) {
+  size_t freed = 0;
+  for (;;) {
+    seg_t victims[16];
+    size_t n = 0;
+    lock_acquire(&s->lock);
+    while (s->nseg && n < 16 && s->cached > keep) {
+      victims[n++] = s->seg[s->nseg - 1];
+      seg_remove(s, s->nseg - 1);
+    }
+    lock_release(&s->lock);
+    if (!n) return freed;
+    for (size_t i = 0; i < n; i++) freed += victims[i].size;
+    unmap_all(victims, n);
+  }
+}
+
+size_t source_release_all(void) {
+  size_t n = 0;
+  FOR_EACH_SOURCE(s) n += source_trim(s, 0);
+  return n;
+}
+
+void sources_apply_profile(void) {
+  FOR_EACH_SOURCE(s) source_trim(s, locus_opt.cache_max);
+}
+
+void sources_fork_prepare(void) { FOR_EACH_SOURCE(s) lock_acquire(&s->lock); }
+void sources_fork_parent(void) { FOR_EACH_SOURCE(s) lock_release(&s->lock); }
+void sources_fork_child(void) { FOR_EACH_SOURCE(s) lock_release(&s->lock); }
+
+void sources_report(void (*line)(void *, const source_t *), void *ctx) {
+  FOR_EACH_SOURCE(s) line(ctx, s);
+}

@@ -1,0 +1,120 @@
+/* Process-wide statistics: counters kept with relaxed atomics off the fast
+ * paths (sources and the OS layer), a readable report and a JSON form. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+stats_t locus_stats;
+
+void stats_update_peak(void) {
+  size_t now = atomic_load_explicit(&locus_stats.in_use, memory_order_relaxed) +
+               atomic_load_explicit(&locus_stats.cached, memory_order_relaxed);
+  size_t peak = atomic_load_explicit(&locus_stats.peak, memory_order_relaxed);
+  while (now > peak &&
+         !atomic_compare_exchange_weak_explicit(&locus_stats.peak, &peak, now, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+  }
+}
+
+#define LD(x) atomic_load_explicit(&locus_stats.x, memory_order_relaxed)
+
+LOCUS_EXPORT void locus_stats_get(locus_stats_t *st) {
+  if (!st) return;
+  size_t live = 0, orphaned = 0;
+  heaps_counts(&live, &orphaned);
+  *st = (locus_stats_t){
+    .bytes_in_use = LD(in_use), .bytes_cached = LD(cached), .peak_footprint = LD(peak),
+    .mmap_calls = LD(mmaps), .munmap_calls = LD(munmaps), .mremap_calls = LD(mremaps),
+    .madvise_calls = LD(madvises), .cache_hits = LD(hits), .cache_misses = LD(misses),
+    .bytes_returned = LD(returned), .heaps_live = live, .heaps_orphaned = orphaned,
+  };
+}
+
+/* An append-only text buffer over a caller's array (no allocation). */
+typedef struct { char *buf; size_t len, n; } text_t;
+
+static void text(text_t *t, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = t->n < t->len ? t->len - t->n : 0;
+  t->n += fmt_vbuf(room ? t->buf + t->n : NULL, room, fmt, ap);
+  va_end(ap);
+}
+
+static void json_source(void *ctx, const source_t *s) {
+  text_t *t = ctx;
+  text(t, "%s{\"node\":%d,\"in_use\":%zu,\"cached\":%zu,\"segments\":%zu,\"hits\":%zu,\"misses\":%zu}",
+       s->node < 0 ? "" : ",", s->node, s->in_use, s->cached, s->nseg, s->hits, s->misses);
+}
+
+LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
+  locus_stats_t st;
+  locus_stats_get(&st);
+  text_t t = {buf, len, 0};
+  text(&t, "{\"version\":\"%s\",\"profile\":\"%s\",\"cache_max\":%zu,\"large_threshold\":%zu,",
+       locus_version(), profile_name(locus_opt.profile), locus_opt.cache_max, locus_opt.large_threshold);
+  text(&t, "\"bytes_in_use\":%zu,\"bytes_cached\":%zu,\"peak_footprint\":%zu,", st.bytes_in_use,
+       st.bytes_cached, st.peak_footprint);
+  text(&t, "\"mmap_calls\":%zu,\"munmap_calls\":%zu,\"mremap_calls\":%zu,\"madvise_calls\":%zu,",
+       st.mmap_calls, st.munmap_calls, st.mremap_calls, st.madvise_calls);
+  text(&t, "\"cache_hits\":%zu,\"cache_misses\":%zu,\"bytes_returned\":%zu,", st.cache_hits,
+       st.cache_misses, st.bytes_returned);
+  text(&t, "\"heaps_live\":%zu,\"heaps_orphaned\":%zu,\"sources\":[", st.heaps_live, st.heaps_orphaned);
+  sources_report(json_source, &t);
+  text(&t, "]}");
+  if (len) buf[t.n < len ? t.n : len - 1] = 0;
+  return t.n;
+}
+
+static void mib(text_t *t, const char *label, size_t v) {
+  text(t, "  %s%zu.%zu MiB\n", label, v / MiB, (v % MiB) * 10 / MiB);
+}
+
+static void report_source(void *ctx, const source_t *s) {
+  text_t *t = ctx;
+  if (s->node < 0) text(t, "  source generic : ");
+  else text(t, "  source node %d  : ", s->node);
+  text(t, "in use %zu KiB, cached %zu KiB in %zu segments, %zu hits, %zu misses\n", s->in_use / KiB,
+       s->cached / KiB, s->nseg, s->hits, s->misses);
+}
+
+LOCUS_EXPORT void locus_stats_print(void) {
+  static char buf[8192];   /* static: may run at exit, when stacks are small */
+  locus_stats_t st;
+  locus_stats_get(&st);
+  text_t t = {buf, sizeof buf, 0};
+  text(&t, "locus %s statistics (pid %d, profile %s)\n", locus_version(), (int)getpid(),
+       profile_name(locus_opt.profile));
+  mib(&t, "bytes in use      : ", st.bytes_in_use);
+  mib(&t, "bytes cached      : ", st.bytes_cached);
+  mib(&t, "peak footprint    : ", st.peak_footprint);
+  mib(&t, "returned to OS    : ", st.bytes_returned);
+  text(&t, "  system calls      : %zu mmap, %zu munmap, %zu mremap, %zu madvise\n", st.mmap_calls,
+       st.munmap_calls, st.mremap_calls, st.madvise_calls);
+  text(&t, "  source cache      : %zu hits, %zu misses\n", st.cache_hits, st.cache_misses);
+  text(&t, "  heaps             : %zu live, %zu orphaned\n", st.heaps_live, st.heaps_orphaned);
+  sources_report(report_source, &t);
+  int fd = 2;
+  if (locus_opt.stats_file[0]) {
+    fd = open(locus_opt.stats_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      locus_warn("cannot open LOCUS_STATS_FILE \"%s\"; writing statistics to stderr", locus_opt.stats_file);
+      fd = 2;
+    }
+  }
+  size_t n = t.n < sizeof buf ? t.n : sizeof buf - 1;
+  for (size_t off = 0; off < n;) {
+    ssize_t w = write(fd, buf + off, n - off);
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+  if (fd != 2) close(fd);
+}
+
+void stats_at_exit(void) {
+  if (locus_opt.stats) locus_stats_print();
+}
