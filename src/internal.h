@@ -147,25 +147,36 @@ void registry_remove(region_t *r);
  * it. Lock-free reads: entries are written only while their region is private
  * to the writer (just mapped, or about to be unmapped). */
 typedef struct {
-  _Atomic(region_t *) cover;
-  _Atomic(region_t *) inside;
+  _Atomic(uintptr_t) cover;
+  _Atomic(uintptr_t) inside;
 } slice_entry_t;
+
+/* Entries hold the region address (page-aligned) with its kind in the low
+ * byte, so the free fast path learns the kind without touching the header. */
+#define REG_KIND_MASK ((uintptr_t)0xff)
 
 #define REG_ADDR_BITS 47
 #define REG_L2_BITS 13
 #define REG_L1_BITS (REG_ADDR_BITS - SLICE_SHIFT - REG_L2_BITS)
 extern _Atomic(slice_entry_t *) registry_l1[(size_t)1 << REG_L1_BITS];
 
-static ALWAYS_INLINE region_t *registry_lookup(const void *p) {
+/* The tagged entry of the region that may contain p, 0 if none. The caller
+ * still checks that p lies below the region's end. */
+static ALWAYS_INLINE uintptr_t registry_find(const void *p) {
   uintptr_t a = (uintptr_t)p;
   uintptr_t s = a >> SLICE_SHIFT;
-  if (unlikely(s >> (REG_L1_BITS + REG_L2_BITS))) return NULL;
+  if (unlikely(s >> (REG_L1_BITS + REG_L2_BITS))) return 0;
   slice_entry_t *leaf = atomic_load_explicit(&registry_l1[s >> REG_L2_BITS], memory_order_acquire);
-  if (unlikely(!leaf)) return NULL;
+  if (unlikely(!leaf)) return 0;
   slice_entry_t *e = &leaf[s & (((uintptr_t)1 << REG_L2_BITS) - 1)];
-  region_t *r = atomic_load_explicit(&e->inside, memory_order_acquire);
-  if (!(r && a >= (uintptr_t)r)) r = atomic_load_explicit(&e->cover, memory_order_acquire);
-  if (unlikely(!r || a - (uintptr_t)r >= r->size)) return NULL;
+  uintptr_t t = atomic_load_explicit(&e->inside, memory_order_acquire);
+  if (t && a >= (t & ~REG_KIND_MASK)) return t;
+  return atomic_load_explicit(&e->cover, memory_order_acquire);
+}
+
+static ALWAYS_INLINE region_t *registry_lookup(const void *p) {
+  region_t *r = (region_t *)(registry_find(p) & ~REG_KIND_MASK);
+  if (unlikely(!r || (uintptr_t)p - (uintptr_t)r >= r->size)) return NULL;
   return r;
 }
 
@@ -221,7 +232,7 @@ typedef struct run_s {
   uint32_t bsize;
   uint32_t recip;              /* ceil(2^32/bsize): offset -> index without a divide */
   struct run_s *next, *prev;   /* the heap's list of non-full runs of this class */
-} run_t;
+} __attribute__((aligned(64))) run_t;   /* one cache line each, indexed by a shift */
 
 enum { RUN_FREE = 0, RUN_ACTIVE = 1, RUN_FULL = 2 };
 
@@ -250,6 +261,8 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
 
 typedef struct heap_s {
   run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel) */
+  uintptr_t hot;               /* small chunk that got the latest run, or HOT_NONE:
+                                  frees into it skip the registry */
   run_t *partial[NUM_CLASSES]; /* other non-full runs of the class */
   _Atomic(void *) remote;      /* MPSC stack of blocks freed by other threads */
   chunk_t *small_chunks;       /* chunks with free run slots first */
@@ -265,6 +278,8 @@ typedef struct heap_s {
   int state;                   /* heap_state_t */
   size_t chunks;               /* chunks held */
 } heap_t;
+
+#define HOT_NONE ((uintptr_t)1 << 63)   /* p - HOT_NONE >= CHUNK_SIZE for every user address */
 
 extern __thread heap_t *locus_tls_heap __attribute__((tls_model("initial-exec")));
 extern uint64_t locus_free_key;        /* tags freed blocks, see block_tag() */

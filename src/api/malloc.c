@@ -64,6 +64,7 @@ static unsigned aligned_class(size_t size, size_t align) {
 
 void *locus_alloc_aligned(size_t size, size_t align) {
   if (align <= ALIGN_MIN) return locus_malloc(size);
+  if (unlikely(size > MAX_REQUEST)) return fail_enomem();
   unsigned c = aligned_class(size, align);
   if (c < NUM_CLASSES) return small_alloc(heap_get(), c);
   return big_alloc(size, align, false);
@@ -129,23 +130,35 @@ static NOINLINE void free_other(void *p, region_t *r, const char *fn) {
               (unsigned)r->kind);
 }
 
+static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const char *fn) {
+  size_t idx;
+  run_t *run = small_check(c, p, fn, &idx);
+  if (unlikely(idx >= run->carved)) bad_small(p, fn, true);
+  small_free_local(h, c, run, p);
+}
+
 static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
+  heap_t *h = locus_tls_heap;
+  /* Most frees hit the chunk the owner allocates from: no registry walk. */
+  if (likely(h && (uintptr_t)p - h->hot < CHUNK_SIZE)) {
+    free_small_local(h, (chunk_t *)h->hot, p, fn);
+    return;
+  }
   if (unlikely(!p)) return;
-  region_t *r = registry_lookup(p);
-  if (likely(r && r->kind == REGION_SMALL)) {
-    chunk_t *c = (chunk_t *)r;
-    size_t idx;
-    run_t *run = small_check(c, p, fn, &idx);
-    heap_t *h = locus_tls_heap;
+  uintptr_t t = registry_find(p);
+  chunk_t *c = (chunk_t *)(t - REGION_SMALL);
+  /* Small chunks have a fixed size: no header read to know the kind or bounds. */
+  if (likely((t & REG_KIND_MASK) == REGION_SMALL && (uintptr_t)p - (uintptr_t)c < CHUNK_SIZE)) {
     if (likely(c->r.heap == h)) {
-      if (unlikely(idx >= run->carved)) bad_small(p, fn, true);
-      small_free_local(h, c, run, p);
+      free_small_local(h, c, p, fn);
     } else {
+      size_t idx;
+      small_check(c, p, fn, &idx);
       remote_push(c->r.heap, p);
     }
     return;
   }
-  free_other(p, r, fn);
+  free_other(p, registry_lookup(p), fn);
 }
 
 LOCUS_EXPORT void locus_free(void *p) { free_impl(p, "free"); }

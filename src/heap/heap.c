@@ -69,6 +69,7 @@ heap_t *heap_get_slow(void) {
     }
     memset(h, 0, sizeof *h);
     heap_reset_classes(h);
+    h->hot = HOT_NONE;
     h->next_all = all_heaps;
     all_heaps = h;
   }
@@ -106,6 +107,7 @@ void heap_chunk_release(heap_t *h, chunk_t *c) {
   if (c->next) c->next->prev = c->prev;
   c->next = c->prev = NULL;
   h->chunks--;
+  if (h->hot == (uintptr_t)c) h->hot = HOT_NONE;
   if (!h->spare && c->r.size == CHUNK_SIZE && h->state == HEAP_LIVE) {
     h->spare = c;
     return;
@@ -125,6 +127,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   if (h->spare && h->spare->r.size == size) {
     c = h->spare;
     h->spare = NULL;
+    c->r.zeroed = false;               /* it served blocks before */
   } else {
     bool zeroed;
     source_t *src = source_for_node(h->node);
@@ -132,12 +135,11 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
     if (!c) return NULL;
     c->r = (region_t){.size = size, .zeroed = zeroed, .source = src, .heap = h,
                       .node = (uint16_t)(h->node < 0 ? 0xffff : h->node)};
-    registry_add(&c->r);
   }
   c->r.kind = (uint8_t)kind;
   c->r.heap = h;
+  registry_add(&c->r);                 /* (again, for a spare: the kind is in the entries) */
   c->next = c->prev = NULL;
-  c->hiwater = 0;
   h->chunks++;
   if (kind == REGION_SMALL) {
     c->free_runs = ~(uint64_t)1;       /* run 0 holds this header */

@@ -67,6 +67,7 @@ void medium_chunk_init(heap_t *h, chunk_t *c) {
   first->prev_size = 0;
   end->head = MB_INUSE;
   mb_set_size(first, (size_t)((char *)end - (char *)first), false);
+  c->hiwater = FIRST_OFF + sizeof(mblock_t);
   bin_insert(h, first, false);
 }
 
@@ -145,7 +146,8 @@ void *medium_alloc(heap_t *h, size_t size, size_t align, bool zero) {
     size_t dirty_end = c->r.zeroed ? (c->hiwater < end ? c->hiwater : end) : end;
     if (dirty_end > off) memset(p, 0, dirty_end - off);
   }
-  if (end > c->hiwater) c->hiwater = end;
+  /* a split wrote the remainder's tag and links just past the block */
+  if (end + sizeof(mblock_t) > c->hiwater) c->hiwater = end + sizeof(mblock_t);
   ((void **)p)[1] = NULL;              /* clear a stale free tag */
   return p;
 }
@@ -210,7 +212,7 @@ bool medium_resize_in_place(heap_t *h, chunk_t *c, void *p, size_t size) {
   size_t nsize = mb_size(next);
   mb_set_size(b, cur + nsize, true);
   split_tail(h, c, b, need, true);
-  size_t end = (size_t)((char *)mb_next(b) - (char *)c);
+  size_t end = (size_t)((char *)mb_next(b) - (char *)c) + sizeof(mblock_t);
   if (end > c->hiwater) c->hiwater = end;
   return true;
 }

@@ -89,6 +89,7 @@ static run_t *run_new(heap_t *h, unsigned cls, chunk_t **out) {
   }
   run_t *run = &c->runs[i];
   run_init(run, cls);
+  h->hot = (uintptr_t)c;
   *out = c;
   return run;
 }

@@ -23,7 +23,7 @@ static slice_entry_t *leaf_for(uintptr_t slice) {
   return leaf;
 }
 
-static void registry_set(region_t *r, region_t *value) {
+static void registry_set(region_t *r, uintptr_t value) {
   uintptr_t start = (uintptr_t)r, end = start + r->size;
   uintptr_t first = start >> SLICE_SHIFT, last = (end - 1) >> SLICE_SHIFT;
   for (uintptr_t s = first; s <= last; s++) {
@@ -37,7 +37,7 @@ static void registry_set(region_t *r, region_t *value) {
 
 void registry_add(region_t *r) {
   if (r->size < SLICE_SIZE) locus_fatal("internal error: region %p of %zu bytes is below a slice", r, r->size);
-  registry_set(r, r);
+  registry_set(r, (uintptr_t)r | r->kind);
 }
 
-void registry_remove(region_t *r) { registry_set(r, NULL); }
+void registry_remove(region_t *r) { registry_set(r, 0); }

@@ -165,7 +165,7 @@ void source_free(source_t *s, void *p, size_t size) {
     s->seg[i] = s->seg[--s->nseg];
   }
   s->seg[s->nseg++] = (seg_t){.base = lo, .size = (size_t)(hi - lo), .stamp = ++s->clock};
-  s->cached += size;
+  s->cached += (size_t)(hi - lo);      /* the merged neighbours were subtracted above */
   lock_release(&s->lock);
   stat_add(&locus_stats.cached, size);
   stats_update_peak();
