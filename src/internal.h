@@ -199,9 +199,10 @@ typedef struct source_s {
   seg_t seg[SOURCE_SLOTS];     /* cached segments, unordered */
 } source_t;
 
-/* Returns a region of exactly `size` bytes (page multiple) or NULL; *zeroed
- * tells whether every byte is known zero. */
-void *source_alloc(source_t *s, size_t size, bool *zeroed);
+/* Returns a region of `size` bytes (page multiple) or NULL; *zeroed tells
+ * whether every byte is known zero. With `got`, the region may be up to a
+ * slice larger (a cached segment taken whole) and *got is its size. */
+void *source_alloc(source_t *s, size_t size, bool *zeroed, size_t *got);
 void source_free(source_t *s, void *p, size_t size);
 void *source_resize(source_t *s, void *p, size_t old_size, size_t new_size);
 size_t source_release_all(void);
@@ -277,7 +278,17 @@ typedef struct heap_s {
   int node;
   int state;                   /* heap_state_t */
   size_t chunks;               /* chunks held */
+  /* statistics, relaxed atomics: the owner writes, reports read */
+  atomic_size_t st_chunk_bytes;    /* bytes of chunks held */
+  atomic_size_t st_large_bytes;    /* live large blocks allocated by this heap's threads */
+  atomic_size_t st_large_allocs;
+  atomic_size_t st_remote_frees;   /* blocks freed by other threads, drained */
 } heap_t;
+
+static inline void heap_stat_add(atomic_size_t *c, size_t n) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
+}
+void heaps_report(void (*line)(void *, const heap_t *), void *ctx);
 
 #define HOT_NONE ((uintptr_t)1 << 63)   /* p - HOT_NONE >= CHUNK_SIZE for every user address */
 

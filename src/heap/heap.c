@@ -84,7 +84,8 @@ heap_t *heap_get_slow(void) {
  * push, the single consumer only swaps the head for NULL. */
 void heap_drain_remote(heap_t *h) {
   void *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
-  while (b) {
+  size_t n = 0;
+  for (; b; n++) {
     void *next = *(void **)b;
     chunk_t *c = (chunk_t *)registry_lookup(b);
     if (c->r.kind == REGION_SMALL) {
@@ -96,6 +97,7 @@ void heap_drain_remote(heap_t *h) {
     }
     b = next;
   }
+  if (n) heap_stat_add(&h->st_remote_frees, n);
 }
 
 /* Empty chunks go back to the source; the heap keeps one standard-size spare
@@ -107,6 +109,7 @@ void heap_chunk_release(heap_t *h, chunk_t *c) {
   if (c->next) c->next->prev = c->prev;
   c->next = c->prev = NULL;
   h->chunks--;
+  heap_stat_add(&h->st_chunk_bytes, -c->r.size);
   if (h->hot == (uintptr_t)c) h->hot = HOT_NONE;
   if (!h->spare && c->r.size == CHUNK_SIZE && h->state == HEAP_LIVE) {
     h->spare = c;
@@ -131,7 +134,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   } else {
     bool zeroed;
     source_t *src = source_for_node(h->node);
-    c = source_alloc(src, size, &zeroed);
+    c = source_alloc(src, size, &zeroed, NULL);
     if (!c) return NULL;
     c->r = (region_t){.size = size, .zeroed = zeroed, .source = src, .heap = h,
                       .node = (uint16_t)(h->node < 0 ? 0xffff : h->node)};
@@ -141,6 +144,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   registry_add(&c->r);                 /* (again, for a spare: the kind is in the entries) */
   c->next = c->prev = NULL;
   h->chunks++;
+  heap_stat_add(&h->st_chunk_bytes, size);
   if (kind == REGION_SMALL) {
     c->free_runs = ~(uint64_t)1;       /* run 0 holds this header */
     memset(c->runs, 0, sizeof c->runs);  /* RUN_FREE, capacity 0: no pointer is valid yet */
@@ -177,6 +181,12 @@ static void heap_abandon(void *arg) {
   h->tid = 0;
   h->next_orphan = orphans;
   orphans = h;
+  lock_release(&heaps_lock);
+}
+
+void heaps_report(void (*line)(void *, const heap_t *), void *ctx) {
+  lock_acquire(&heaps_lock);
+  for (heap_t *h = all_heaps; h; h = h->next_all) line(ctx, h);
   lock_release(&heaps_lock);
 }
 

@@ -34,19 +34,21 @@ void *large_alloc(size_t size, size_t align, bool zero) {
   }
   size_t total = region_bytes(off + slack, size);
   bool zeroed;
-  char *base = source_alloc(src, total, &zeroed);
+  char *base = source_alloc(src, total, &zeroed, &total);
   if (!base) {
     errno = ENOMEM;
     return NULL;
   }
   if (slack) off = align_up((uintptr_t)base + HDR_ROOM, align) - (uintptr_t)base;
   large_t *l = (large_t *)base;
-  l->r = (region_t){.size = total, .kind = REGION_LARGE, .zeroed = zeroed, .source = src,
+  l->r = (region_t){.size = total, .kind = REGION_LARGE, .zeroed = zeroed, .source = src, .heap = h,
                     .node = (uint16_t)(h->node < 0 ? 0xffff : h->node)};
   l->user_off = off;
   l->user_size = size;
   l->magic = LARGE_LIVE;
   registry_add(&l->r);
+  atomic_fetch_add_explicit(&h->st_large_bytes, total, memory_order_relaxed);
+  heap_stat_add(&h->st_large_allocs, 1);
   char *p = base + off;
   if (zero && !zeroed) {
     /* Recycled: clear the rest of the header page, then only the resident pages. */
@@ -69,6 +71,7 @@ large_t *large_check(region_t *r, const void *p, const char *fn) {
 
 void large_free(large_t *l) {
   l->magic = 0;
+  atomic_fetch_sub_explicit(&l->r.heap->st_large_bytes, l->r.size, memory_order_relaxed);
   registry_remove(&l->r);
   source_free(l->r.source, l, l->r.size);
 }
@@ -86,13 +89,15 @@ void *large_realloc(large_t *l, void *p, size_t size) {
     return p;
   }
   registry_remove(&l->r);
-  large_t *n = source_resize(l->r.source, l, l->r.size, total);
+  size_t old = l->r.size;
+  large_t *n = source_resize(l->r.source, l, old, total);
   if (!n) {
     registry_add(&l->r);
     errno = ENOMEM;
     return NULL;
   }
   n->r.size = total;
+  atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, total - old, memory_order_relaxed);  /* modular */
   n->user_size = size;
   n->r.zeroed = false;
   registry_add(&n->r);

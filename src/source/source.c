@@ -44,17 +44,22 @@ static void seg_remove(source_t *s, size_t i) {
   s->seg[i] = s->seg[--s->nseg];
 }
 
-/* Closest size to `size`; ties favour the larger segment (no syscall to split). */
+/* The closest size, looked for above first: the smallest segment that holds
+ * `size` (split, no page fault), else the largest one below it (grown with
+ * mremap: only the new tail faults). Either way the most cached pages are
+ * reused for the request. */
 static ptrdiff_t seg_closest(source_t *s, size_t size) {
-  ptrdiff_t best = -1;
-  size_t best_d = SIZE_MAX;
+  ptrdiff_t above = -1, below = -1;
   for (size_t i = 0; i < s->nseg; i++) {
     size_t z = s->seg[i].size;
-    size_t d = z >= size ? z - size : size - z;
-    if (d < best_d || (d == best_d && z > s->seg[best].size)) { best = (ptrdiff_t)i; best_d = d; }
-    if (d == 0) break;
+    if (z >= size) {
+      if (above < 0 || z < s->seg[above].size) above = (ptrdiff_t)i;
+      if (z == size) break;
+    } else if (below < 0 || z > s->seg[below].size) {
+      below = (ptrdiff_t)i;
+    }
   }
-  return best;
+  return above >= 0 ? above : below;
 }
 
 static void accounting_out(source_t *s, size_t size) {
@@ -63,7 +68,8 @@ static void accounting_out(source_t *s, size_t size) {
   stats_update_peak();
 }
 
-void *source_alloc(source_t *s, size_t size, bool *zeroed) {
+void *source_alloc(source_t *s, size_t size, bool *zeroed, size_t *got) {
+  if (got) *got = size;
   if (s->nseg) {
     lock_acquire(&s->lock);
     ptrdiff_t i = seg_closest(s, size);
@@ -71,6 +77,11 @@ void *source_alloc(source_t *s, size_t size, bool *zeroed) {
       seg_t g = s->seg[i];
       if (g.size >= size) {
         size_t rest = g.size - size, taken = g.size;
+        if (got && rest < SLICE_SIZE) {    /* the caller takes the whole: no munmap, no later fault */
+          *got = g.size;
+          size = g.size;
+          rest = 0;
+        }
         if (rest >= SLICE_SIZE) {          /* keep the tail cached */
           s->seg[i].base = (char *)g.base + size;
           s->seg[i].size = rest;

@@ -51,6 +51,18 @@ static void json_source(void *ctx, const source_t *s) {
        s->node < 0 ? "" : ",", s->node, s->in_use, s->cached, s->nseg, s->hits, s->misses);
 }
 
+static const char *const heap_states[] = {"live", "orphan", "dead"};
+#define HLD(h, x) atomic_load_explicit(&(h)->x, memory_order_relaxed)
+
+typedef struct { text_t *t; int n; } heap_ctx_t;
+
+static void json_heap(void *ctx, const heap_t *h) {
+  heap_ctx_t *c = ctx;
+  text(c->t, "%s{\"tid\":%d,\"state\":\"%s\",\"node\":%d,\"chunk_bytes\":%zu,\"large_bytes\":%zu,"
+       "\"large_allocs\":%zu,\"remote_frees\":%zu}", c->n++ ? "," : "", (int)h->tid, heap_states[h->state],
+       h->node, HLD(h, st_chunk_bytes), HLD(h, st_large_bytes), HLD(h, st_large_allocs), HLD(h, st_remote_frees));
+}
+
 LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
   locus_stats_t st;
   locus_stats_get(&st);
@@ -65,6 +77,9 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
        st.cache_misses, st.bytes_returned);
   text(&t, "\"heaps_live\":%zu,\"heaps_orphaned\":%zu,\"sources\":[", st.heaps_live, st.heaps_orphaned);
   sources_report(json_source, &t);
+  text(&t, "],\"heaps\":[");
+  heap_ctx_t hc = {&t, 0};
+  heaps_report(json_heap, &hc);
   text(&t, "]}");
   if (len) buf[t.n < len ? t.n : len - 1] = 0;
   return t.n;
@@ -80,6 +95,17 @@ static void report_source(void *ctx, const source_t *s) {
   else text(t, "  source node %d  : ", s->node);
   text(t, "in use %zu KiB, cached %zu KiB in %zu segments, %zu hits, %zu misses\n", s->in_use / KiB,
        s->cached / KiB, s->nseg, s->hits, s->misses);
+}
+
+static void report_heap(void *ctx, const heap_t *h) {
+  heap_ctx_t *c = ctx;
+  if (c->n++ >= 16) {
+    if (c->n == 18) text(c->t, "  (more heaps not shown)\n");
+    return;
+  }
+  text(c->t, "  heap %s tid %d   : chunks %zu KiB, large blocks %zu KiB (%zu allocated), %zu remote frees\n",
+       heap_states[h->state], (int)h->tid, HLD(h, st_chunk_bytes) / KiB, HLD(h, st_large_bytes) / KiB,
+       HLD(h, st_large_allocs), HLD(h, st_remote_frees));
 }
 
 LOCUS_EXPORT void locus_stats_print(void) {
@@ -98,6 +124,8 @@ LOCUS_EXPORT void locus_stats_print(void) {
   text(&t, "  source cache      : %zu hits, %zu misses\n", st.cache_hits, st.cache_misses);
   text(&t, "  heaps             : %zu live, %zu orphaned\n", st.heaps_live, st.heaps_orphaned);
   sources_report(report_source, &t);
+  heap_ctx_t hc = {&t, 0};
+  heaps_report(report_heap, &hc);
   int fd = 2;
   if (locus_opt.stats_file[0]) {
     fd = open(locus_opt.stats_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

@@ -1,6 +1,7 @@
 /* Minimal test helpers: CHECK aborts the test with file:line and a message. */
 #ifndef LOCUS_TEST_CHECK_H
 #define LOCUS_TEST_CHECK_H
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -1,0 +1,173 @@
+/* Memory sources: closest-size reuse with mremap, profile bounds, release,
+ * calloc zeroing of recycled memory, settings from the environment. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "locus.h"
+
+static size_t rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  size_t v = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmRSS:", 6)) v = strtoul(line + 6, NULL, 10);
+  if (f) fclose(f);
+  return v;
+}
+
+static locus_stats_t stats(void) {
+  locus_stats_t s;
+  locus_stats_get(&s);
+  return s;
+}
+
+#define MB (1u << 20)
+
+static void test_reuse_without_faults(void) {
+  locus_set_profile("uma");
+  locus_release();
+  char *a = malloc(32 * MB);
+  memset(a, 1, 32 * MB);
+  free(a);
+  locus_stats_t s0 = stats();
+  CHECK(s0.bytes_cached >= 32 * MB, "freed block cached (%lu)", (unsigned long)s0.bytes_cached);
+  /* smaller request: split from the cached block, no new mapping */
+  char *b = malloc(8 * MB);
+  locus_stats_t s1 = stats();
+  CHECK(s1.mmap_calls == s0.mmap_calls && s1.cache_hits == s0.cache_hits + 1, "8 MiB served from the cache");
+  /* pages came back without a fault: they are resident already */
+  unsigned char vec[8 * MB / 4096];
+  CHECK(mincore((void *)((uintptr_t)b & ~(uintptr_t)4095), 8 * MB, vec) == 0, "mincore");
+  size_t resident = 0;
+  for (size_t i = 0; i < sizeof vec; i++) resident += vec[i] & 1;
+  CHECK(resident > sizeof vec * 9 / 10, "recycled pages resident (%zu of %zu)", resident, sizeof vec);
+  free(b);
+  /* larger request: grow the closest cached block with mremap */
+  locus_stats_t s2 = stats();
+  char *c = malloc(48 * MB);
+  locus_stats_t s3 = stats();
+  CHECK(s3.mremap_calls == s2.mremap_calls + 1 && s3.mmap_calls == s2.mmap_calls, "48 MiB grown from cache by mremap");
+  memset(c, 2, 48 * MB);
+  free(c);
+}
+
+static void test_calloc_recycled(void) {
+  locus_set_profile("uma");
+  size_t sizes[] = {2 * MB, 5 * MB + 12345, 33 * MB};
+  for (int round = 0; round < 4; round++)
+    for (int i = 0; i < 3; i++) {
+      unsigned char *p = calloc(1, sizes[i]);
+      CHECK(p, "calloc");
+      for (size_t j = 0; j < sizes[i]; j += 97) CHECK(p[j] == 0, "calloc(%zu)[%zu] = %d round %d", sizes[i], j, p[j], round);
+      CHECK(p[sizes[i] - 1] == 0, "last byte");
+      /* dirty part of it (some pages resident, some not) and free: recycled next round */
+      for (size_t j = 0; j < sizes[i]; j += (round + 1) * 8192) p[j] = 0xEE;
+      free(p);
+    }
+}
+
+static void test_realloc_mremap(void) {
+  locus_stats_t s0 = stats();
+  char *p = malloc(1024);
+  memset(p, 3, 1024);
+  size_t n = 1024;
+  while (n < 64 * MB) {
+    p = realloc(p, n * 2);
+    CHECK(p && p[0] == 3 && p[n - 1] == 3, "growing realloc to %zu", n * 2);
+    memset(p + n, 3, n);
+    n *= 2;
+  }
+  locus_stats_t s1 = stats();
+  CHECK(s1.mremap_calls > s0.mremap_calls, "large reallocs use mremap");
+  free(p);
+}
+
+static void test_profiles(void) {
+  locus_set_profile("uma");
+  for (int i = 0; i < 8; i++) {
+    char *p = malloc(40 * MB);
+    memset(p, 4, 40 * MB);
+    free(p);
+  }
+  CHECK(locus_cached_bytes() > 0 && locus_cached_bytes() <= 500u * MB, "uma bound");
+  size_t before = rss_kib();
+  size_t released = locus_release();
+  size_t after = rss_kib();
+  CHECK(released >= 40 * MB && locus_cached_bytes() == 0, "release %zu", released);
+  CHECK(after + 30 * 1024 < before, "RSS must go down on release: %zu -> %zu KiB", before, after);
+  CHECK(locus_set_profile("eco") == 0, "eco");
+  char *p = malloc(40 * MB);
+  free(p);
+  CHECK(locus_cached_bytes() == 0, "eco caches nothing");
+  /* switching to a profile with a smaller bound trims at once */
+  locus_set_profile("uma");
+  p = malloc(40 * MB);
+  free(p);
+  CHECK(locus_cached_bytes() >= 40 * MB, "cached in uma");
+  locus_set_profile("eco");
+  CHECK(locus_cached_bytes() == 0, "switch to eco trims");
+  locus_set_profile("numa");
+  CHECK(strcmp(locus_get_profile(), "numa") == 0, "numa");
+  p = malloc(40 * MB);
+  free(p);
+  CHECK(locus_cached_bytes() >= 40 * MB, "numa caches (one node: like uma)");
+  locus_set_profile("uma");
+}
+
+/* Runs this test binary with an environment and a mode; returns its stderr. */
+static void run_child(const char *env, const char *mode, char *out, size_t len) {
+  char cmd[1024];
+  char self[512];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  CHECK(n > 0, "readlink");
+  self[n] = 0;
+  snprintf(cmd, sizeof cmd, "env %s %s %s 2>&1", env, self, mode);
+  FILE *f = popen(cmd, "r");
+  CHECK(f, "popen");
+  size_t got = fread(out, 1, len - 1, f);
+  out[got] = 0;
+  CHECK(pclose(f) == 0, "child %s %s failed: %s", env, mode, out);
+}
+
+static void test_environment(void) {
+  char out[4096];
+  run_child("LOCUS_CACHE_MAX=12X", "--print-config", out, sizeof out);
+  CHECK(strstr(out, "LOCUS_CACHE_MAX=\"12X\"") && strstr(out, "warning"), "warning for a bad size: %s", out);
+  CHECK(strstr(out, "profile=uma cached_max_ok"), "default kept: %s", out);
+  run_child("LOCUS_PROFILE=fast", "--print-config", out, sizeof out);
+  CHECK(strstr(out, "LOCUS_PROFILE=\"fast\"") && strstr(out, "profile=uma"), "bad profile: %s", out);
+  run_child("LOCUS_PROFILE=eco LOCUS_LARGE_THRESHOLD=2M", "--print-config", out, sizeof out);
+  CHECK(!strstr(out, "warning") && strstr(out, "profile=eco"), "eco: %s", out);
+  run_child("LOCUS_STATS=1", "--noop", out, sizeof out);
+  CHECK(strstr(out, "locus 0.1.0 statistics") && strstr(out, "source generic"), "LOCUS_STATS report: %s", out);
+  run_child("LOCUS_LAZY_RELEASE=maybe", "--noop", out, sizeof out);
+  CHECK(strstr(out, "LOCUS_LAZY_RELEASE"), "bad boolean warned: %s", out);
+}
+
+static int print_config(void) {
+  char json[4096];
+  free(malloc(1));
+  locus_stats_json(json, sizeof json);
+  /* the default bound of uma must have survived a bad LOCUS_CACHE_MAX */
+  char *p = malloc(40 * MB);
+  free(p);
+  printf("profile=%s %s\n", locus_get_profile(), locus_cached_bytes() >= 40 * MB || strcmp(locus_get_profile(), "uma") ? "cached_max_ok" : "cached_max_bad");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--print-config")) return print_config();
+  if (argc > 1 && !strcmp(argv[1], "--noop")) return 0;
+  test_reuse_without_faults();
+  test_calloc_recycled();
+  test_realloc_mremap();
+  test_profiles();
+  test_environment();
+  return TEST_DONE();
+}
