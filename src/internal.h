@@ -72,8 +72,8 @@ size_t fmt_vbuf(char *buf, size_t len, const char *fmt, __builtin_va_list ap);
 /* ---- options (util/options.c) -------------------------------------------- */
 typedef enum { PROFILE_ECO = 0, PROFILE_UMA = 1, PROFILE_NUMA = 2 } profile_t;
 typedef struct {
-  profile_t profile;
-  size_t cache_max;          /* bytes kept per source (uma: in total) */
+  _Atomic profile_t profile;   /* atomic: locus_set_profile may run beside allocations */
+  atomic_size_t cache_max;     /* bytes kept per source (uma: in total) */
   size_t cache_max_segment;  /* largest segment worth caching */
   size_t large_threshold;    /* blocks above go to the sources */
   bool lazy_release;         /* eco: MADV_FREE instead of munmap */
@@ -191,10 +191,11 @@ typedef struct seg_s {
 typedef struct source_s {
   lock_t lock;
   int node;                    /* -1: the generic source */
-  size_t cached;               /* bytes in seg[] */
-  size_t in_use;               /* bytes handed out and not yet returned */
-  size_t hits, misses;
-  size_t nseg;
+  /* atomics so that reports may read them without the lock */
+  atomic_size_t cached;        /* bytes in seg[] */
+  atomic_size_t in_use;        /* bytes handed out and not yet returned */
+  atomic_size_t hits, misses;
+  atomic_size_t nseg;
   uint64_t clock;
   seg_t seg[SOURCE_SLOTS];     /* cached segments, unordered */
 } source_t;

@@ -44,13 +44,13 @@ static void heap_reset_classes(heap_t *h) {
   for (unsigned i = 0; i < NUM_CLASSES; i++) h->cur[i] = &locus_empty_run;
 }
 
+/* Caller holds heaps_lock: reports read tid and state under it. */
 static void heap_bind_thread(heap_t *h) {
   h->tid = os_gettid();
   h->node = topology_thread_node();
   h->state = HEAP_LIVE;
-  locus_tls_heap = h;
-  pthread_setspecific(exit_key, h);    /* after the TLS store: may call calloc */
 }
+
 
 static void heap_abandon(void *arg);
 
@@ -73,8 +73,10 @@ heap_t *heap_get_slow(void) {
     h->next_all = all_heaps;
     all_heaps = h;
   }
-  lock_release(&heaps_lock);
   heap_bind_thread(h);
+  lock_release(&heaps_lock);
+  locus_tls_heap = h;
+  pthread_setspecific(exit_key, h);    /* after the TLS store: may call calloc */
   heap_drain_remote(h);
   return h;
 }

@@ -24,6 +24,10 @@ static size_t region_bytes(size_t off, size_t size) {
 }
 
 void *large_alloc(size_t size, size_t align, bool zero) {
+  if (align > PTRDIFF_MAX / 4) {      /* no address space has room for it */
+    errno = ENOMEM;
+    return NULL;
+  }
   heap_t *h = heap_get();
   source_t *src = source_for_node(h->node);
   size_t off = align <= 64 ? HDR_ROOM + color_offset() : align_up(HDR_ROOM, align);

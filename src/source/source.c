@@ -35,7 +35,7 @@ source_t *source_for_node(int node) {
 
 size_t source_cached_total(void) {
   size_t n = 0;
-  FOR_EACH_SOURCE(s) n += __atomic_load_n(&s->cached, __ATOMIC_RELAXED);
+  FOR_EACH_SOURCE(s) n += s->cached;
   return n;
 }
 
@@ -64,7 +64,7 @@ static ptrdiff_t seg_closest(source_t *s, size_t size) {
 
 static void accounting_out(source_t *s, size_t size) {
   stat_add(&locus_stats.in_use, size);
-  __atomic_add_fetch(&s->in_use, size, __ATOMIC_RELAXED);
+  s->in_use += size;
   stats_update_peak();
 }
 
@@ -116,7 +116,7 @@ void *source_alloc(source_t *s, size_t size, bool *zeroed, size_t *got) {
       lock_release(&s->lock);
     }
   }
-  __atomic_add_fetch(&s->misses, 1, __ATOMIC_RELAXED);
+  s->misses++;
   stat_add(&locus_stats.misses, 1);
   void *p = os_map(size);
   if (!p && source_release_all()) p = os_map(size);   /* under RLIMIT_AS: drop caches first */
@@ -149,7 +149,7 @@ static void unmap_all(seg_t *v, size_t n) {
 
 void source_free(source_t *s, void *p, size_t size) {
   stat_sub(&locus_stats.in_use, size);
-  __atomic_sub_fetch(&s->in_use, size, __ATOMIC_RELAXED);
+  s->in_use -= size;
   if (size > locus_opt.cache_max_segment || size > locus_opt.cache_max) {
     os_unmap(p, size);
     return;
@@ -188,11 +188,11 @@ void *source_resize(source_t *s, void *p, size_t old_size, size_t new_size) {
   if (!q) return NULL;
   if (new_size > old_size) {
     stat_add(&locus_stats.in_use, new_size - old_size);
-    __atomic_add_fetch(&s->in_use, new_size - old_size, __ATOMIC_RELAXED);
+    s->in_use += new_size - old_size;
     stats_update_peak();
   } else {
     stat_sub(&locus_stats.in_use, old_size - new_size);
-    __atomic_sub_fetch(&s->in_use, old_size - new_size, __ATOMIC_RELAXED);
+    s->in_use -= old_size - new_size;
     stat_add(&locus_stats.returned, old_size - new_size);
   }
   return q;

@@ -86,8 +86,11 @@ size_t options_profile_cache_max(profile_t p) {
 
 void options_init(void) {
   const char *s = os_getenv("LOCUS_PROFILE");
-  if (s && !profile_parse(s, &locus_opt.profile))
+  profile_t p;
+  if (s && !profile_parse(s, &p))
     locus_warn("LOCUS_PROFILE=\"%s\" is not one of eco, uma, numa; using the default uma", s);
+  else if (s)
+    locus_opt.profile = p;
   opt_bool("LOCUS_LAZY_RELEASE", &locus_opt.lazy_release);
   opt_bool("LOCUS_COLOR", &locus_opt.color);
   opt_bool("LOCUS_STATS", &locus_opt.stats);

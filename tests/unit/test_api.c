@@ -135,6 +135,9 @@ static void test_aligned(void) {
   free(q);
   errno = 0;
   CHECK(memalign(SIZE_MAX / 2 + 2, 16) == NULL && errno == EINVAL, "memalign huge alignment");
+  errno = 0;
+  CHECK(memalign(SIZE_MAX / 2 + 1, 16) == NULL && errno == ENOMEM, "memalign(2^63) cannot be met");
+  CHECK(posix_memalign(&p, (size_t)1 << 62, 16) == ENOMEM, "posix_memalign(2^62)");
   long pg = sysconf(_SC_PAGESIZE);
   q = valloc(10);
   CHECK(q && (uintptr_t)q % pg == 0, "valloc");
