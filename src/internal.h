@@ -134,7 +134,7 @@ typedef struct region_s {
   uint8_t kind;                /* region_kind_t */
   uint8_t zeroed;              /* memory came fresh from the OS */
   uint16_t node;
-  uint32_t reserved;
+  uint32_t map;                /* kernel mapping (VMA) the region lies in, see source.c */
   struct source_s *source;     /* where the memory returns */
   struct heap_s *heap;         /* owner (chunks); NULL for large */
 } region_t;
@@ -185,6 +185,7 @@ typedef struct seg_s {
   void *base;
   size_t size;
   uint64_t stamp;              /* age, for eviction of the oldest */
+  uint32_t map;                /* kernel mapping it lies in */
 } seg_t;
 
 #define SOURCE_SLOTS 128
@@ -200,12 +201,14 @@ typedef struct source_s {
   seg_t seg[SOURCE_SLOTS];     /* cached segments, unordered */
 } source_t;
 
-/* Returns a region of `size` bytes (page multiple) or NULL; *zeroed tells
- * whether every byte is known zero. With `got`, the region may be up to a
- * slice larger (a cached segment taken whole) and *got is its size. */
-void *source_alloc(source_t *s, size_t size, bool *zeroed, size_t *got);
-void source_free(source_t *s, void *p, size_t size);
-void *source_resize(source_t *s, void *p, size_t old_size, size_t new_size);
+/* Returns a region of `size` bytes (page multiple) or NULL, with its header's
+ * size, zeroed (every byte known zero), map and source fields set and the
+ * rest of the header zero. Unless `exact`, the region may be up to a slice
+ * larger (a cached segment taken whole). */
+region_t *source_alloc(source_t *s, size_t size, bool exact);
+void source_free(region_t *r);
+/* Resizes r with mremap (may move); NULL and r untouched on failure. */
+region_t *source_resize(region_t *r, size_t new_size);
 size_t source_release_all(void);
 size_t source_trim(source_t *s, size_t keep);
 source_t *source_for_node(int node);      /* node < 0: generic */

@@ -224,7 +224,7 @@ LOCUS_EXPORT void *locus_realloc(void *p, size_t size) {
   case REGION_LARGE:
     if (size > locus_opt.large_threshold) {
       void *q = large_realloc((large_t *)r, p, size);
-      return q;
+      if (q) return q;                 /* else mremap could not: copy below */
     }
     break;
   }

@@ -118,7 +118,7 @@ void heap_chunk_release(heap_t *h, chunk_t *c) {
     return;
   }
   registry_remove(&c->r);
-  source_free(c->r.source, c, c->r.size);
+  source_free(&c->r);
 }
 
 static size_t medium_chunk_size(void) {
@@ -134,12 +134,9 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
     h->spare = NULL;
     c->r.zeroed = false;               /* it served blocks before */
   } else {
-    bool zeroed;
-    source_t *src = source_for_node(h->node);
-    c = source_alloc(src, size, &zeroed, NULL);
+    c = (chunk_t *)source_alloc(source_for_node(h->node), size, true);
     if (!c) return NULL;
-    c->r = (region_t){.size = size, .zeroed = zeroed, .source = src, .heap = h,
-                      .node = (uint16_t)(h->node < 0 ? 0xffff : h->node)};
+    c->r.node = (uint16_t)(h->node < 0 ? 0xffff : h->node);
   }
   c->r.kind = (uint8_t)kind;
   c->r.heap = h;
@@ -166,7 +163,7 @@ void heap_collect(heap_t *h) {
     chunk_t *c = h->spare;
     h->spare = NULL;
     registry_remove(&c->r);
-    source_free(c->r.source, c, c->r.size);
+    source_free(&c->r);
   }
 }
 

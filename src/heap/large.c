@@ -37,16 +37,19 @@ void *large_alloc(size_t size, size_t align, bool zero) {
     return NULL;
   }
   size_t total = region_bytes(off + slack, size);
-  bool zeroed;
-  char *base = source_alloc(src, total, &zeroed, &total);
-  if (!base) {
+  region_t *r = source_alloc(src, total, false);
+  if (!r) {
     errno = ENOMEM;
     return NULL;
   }
+  char *base = (char *)r;
+  total = r->size;
+  bool zeroed = r->zeroed;
   if (slack) off = align_up((uintptr_t)base + HDR_ROOM, align) - (uintptr_t)base;
   large_t *l = (large_t *)base;
-  l->r = (region_t){.size = total, .kind = REGION_LARGE, .zeroed = zeroed, .source = src, .heap = h,
-                    .node = (uint16_t)(h->node < 0 ? 0xffff : h->node)};
+  l->r.kind = REGION_LARGE;
+  l->r.heap = h;
+  l->r.node = (uint16_t)(h->node < 0 ? 0xffff : h->node);
   l->user_off = off;
   l->user_size = size;
   l->magic = LARGE_LIVE;
@@ -77,7 +80,7 @@ void large_free(large_t *l) {
   l->magic = 0;
   atomic_fetch_sub_explicit(&l->r.heap->st_large_bytes, l->r.size, memory_order_relaxed);
   registry_remove(&l->r);
-  source_free(l->r.source, l, l->r.size);
+  source_free(&l->r);
 }
 
 /* Returns the moved or resized block, or NULL (errno ENOMEM) leaving p intact. */
@@ -94,13 +97,12 @@ void *large_realloc(large_t *l, void *p, size_t size) {
   }
   registry_remove(&l->r);
   size_t old = l->r.size;
-  large_t *n = source_resize(l->r.source, l, old, total);
+  large_t *n = (large_t *)source_resize(&l->r, total);
   if (!n) {
     registry_add(&l->r);
     errno = ENOMEM;
     return NULL;
   }
-  n->r.size = total;
   atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, total - old, memory_order_relaxed);  /* modular */
   n->user_size = size;
   n->r.zeroed = false;

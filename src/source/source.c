@@ -68,48 +68,52 @@ static void accounting_out(source_t *s, size_t size) {
   stats_update_peak();
 }
 
-void *source_alloc(source_t *s, size_t size, bool *zeroed, size_t *got) {
-  if (got) *got = size;
+/* Kernel mappings are numbered: a cached segment remembers the mapping it lies
+ * in, and only pieces of one mapping merge, because mremap cannot grow a
+ * range that spans two mappings (EFAULT). A region moved by mremap lands in
+ * a mapping of its own. */
+static uint32_t new_map_id(void) {
+  static atomic_uint next;
+  return atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) + 1;
+}
+
+static region_t *region_init(source_t *s, void *base, size_t size, bool zeroed, uint32_t map) {
+  region_t *r = base;
+  *r = (region_t){.size = size, .zeroed = zeroed, .map = map, .source = s};
+  accounting_out(s, size);
+  return r;
+}
+
+region_t *source_alloc(source_t *s, size_t size, bool exact) {
   if (s->nseg) {
     lock_acquire(&s->lock);
     ptrdiff_t i = seg_closest(s, size);
     if (i >= 0) {
       seg_t g = s->seg[i];
+      s->hits++;
       if (g.size >= size) {
-        size_t rest = g.size - size, taken = g.size;
-        if (got && rest < SLICE_SIZE) {    /* the caller takes the whole: no munmap, no later fault */
-          *got = g.size;
-          size = g.size;
-          rest = 0;
-        }
-        if (rest >= SLICE_SIZE) {          /* keep the tail cached */
+        size_t rest = g.size - size;
+        if (!exact && rest < SLICE_SIZE) size = g.size, rest = 0;  /* take it whole: no munmap */
+        if (rest >= SLICE_SIZE) {          /* split: the tail stays cached */
           s->seg[i].base = (char *)g.base + size;
           s->seg[i].size = rest;
           s->cached -= size;
-          taken = size;
-          rest = 0;
         } else {
           seg_remove(s, (size_t)i);
         }
-        s->hits++;
         lock_release(&s->lock);
-        stat_sub(&locus_stats.cached, taken);
-        if (rest) os_unmap((char *)g.base + size, rest);   /* too short to ever serve a region */
+        stat_sub(&locus_stats.cached, rest >= SLICE_SIZE ? size : g.size);
+        if (rest && rest < SLICE_SIZE) os_unmap((char *)g.base + size, rest);  /* too short for any region */
         stat_add(&locus_stats.hits, 1);
-        *zeroed = false;
-        accounting_out(s, size);
-        return g.base;
+        return region_init(s, g.base, size, false, g.map);
       }
       seg_remove(s, (size_t)i);
-      s->hits++;
       lock_release(&s->lock);
       stat_sub(&locus_stats.cached, g.size);
       void *p = os_remap(g.base, g.size, size, true);
       if (p) {
         stat_add(&locus_stats.hits, 1);
-        *zeroed = false;
-        accounting_out(s, size);
-        return p;
+        return region_init(s, p, size, false, p == g.base ? g.map : new_map_id());
       }
       os_unmap(g.base, g.size);           /* cannot grow: give it back and map anew */
     } else {
@@ -121,9 +125,7 @@ void *source_alloc(source_t *s, size_t size, bool *zeroed, size_t *got) {
   void *p = os_map(size);
   if (!p && source_release_all()) p = os_map(size);   /* under RLIMIT_AS: drop caches first */
   if (!p) return NULL;
-  *zeroed = true;
-  accounting_out(s, size);
-  return p;
+  return region_init(s, p, size, true, new_map_id());
 }
 
 /* Caller holds the lock. Evicts the oldest segments until `need` more bytes fit;
@@ -147,10 +149,15 @@ static void unmap_all(seg_t *v, size_t n) {
   }
 }
 
-void source_free(source_t *s, void *p, size_t size) {
+void source_free(region_t *r) {
+  source_t *s = r->source;
+  void *p = r;
+  size_t size = r->size;
+  uint32_t map = r->map;
   stat_sub(&locus_stats.in_use, size);
   s->in_use -= size;
-  if (size > locus_opt.cache_max_segment || size > locus_opt.cache_max) {
+  size_t bound = locus_opt.cache_max;
+  if (size > locus_opt.cache_max_segment || size > bound) {
     os_unmap(p, size);
     return;
   }
@@ -158,24 +165,24 @@ void source_free(source_t *s, void *p, size_t size) {
   seg_t victims[8];
   lock_acquire(&s->lock);
   size_t nv = evict_for(s, size, victims, 8);
-  if (s->cached + size > locus_opt.cache_max || s->nseg == SOURCE_SLOTS) {
+  if (s->cached + size > bound || s->nseg == SOURCE_SLOTS) {
     lock_release(&s->lock);
     unmap_all(victims, nv);
     os_unmap(p, size);
     return;
   }
-  /* Merge with a cached neighbour in the address space: one larger segment
+  /* Merge with cached neighbours of the same mapping: one larger segment
    * serves more requests than two pieces. */
   char *lo = p, *hi = (char *)p + size;
   for (size_t i = 0; i < s->nseg;) {
     seg_t *g = &s->seg[i];
-    if ((char *)g->base + g->size == lo) lo = g->base;
-    else if ((char *)g->base == hi) hi = hi + g->size;
+    if (g->map == map && (char *)g->base + g->size == lo) lo = g->base;
+    else if (g->map == map && (char *)g->base == hi) hi = hi + g->size;
     else { i++; continue; }
     s->cached -= g->size;
     s->seg[i] = s->seg[--s->nseg];
   }
-  s->seg[s->nseg++] = (seg_t){.base = lo, .size = (size_t)(hi - lo), .stamp = ++s->clock};
+  s->seg[s->nseg++] = (seg_t){.base = lo, .size = (size_t)(hi - lo), .stamp = ++s->clock, .map = map};
   s->cached += (size_t)(hi - lo);      /* the merged neighbours were subtracted above */
   lock_release(&s->lock);
   stat_add(&locus_stats.cached, size);
@@ -183,9 +190,13 @@ void source_free(source_t *s, void *p, size_t size) {
   unmap_all(victims, nv);
 }
 
-void *source_resize(source_t *s, void *p, size_t old_size, size_t new_size) {
-  void *q = os_remap(p, old_size, new_size, true);
+region_t *source_resize(region_t *r, size_t new_size) {
+  source_t *s = r->source;
+  size_t old_size = r->size;
+  region_t *q = os_remap(r, old_size, new_size, true);
   if (!q) return NULL;
+  if (q != r) q->map = new_map_id();
+  q->size = new_size;
   if (new_size > old_size) {
     stat_add(&locus_stats.in_use, new_size - old_size);
     s->in_use += new_size - old_size;
