@@ -203,9 +203,11 @@ typedef struct source_s {
 
 /* Returns a region of `size` bytes (page multiple) or NULL, with its header's
  * size, zeroed (every byte known zero), map and source fields set and the
- * rest of the header zero. Unless `exact`, the region may be up to a slice
- * larger (a cached segment taken whole). */
-region_t *source_alloc(source_t *s, size_t size, bool exact);
+ * rest of the header zero. Unless SRC_EXACT, the region may be up to a slice
+ * larger (a cached segment taken whole). SRC_CACHED_ONLY: only from a cached
+ * segment at least `size` long, else NULL (no system call). */
+enum { SRC_EXACT = 1, SRC_CACHED_ONLY = 2 };   /* source_alloc flags */
+region_t *source_alloc(source_t *s, size_t size, unsigned flags);
 void source_free(region_t *r);
 /* Resizes r with mremap (may move); NULL and r untouched on failure. */
 region_t *source_resize(region_t *r, size_t new_size);

@@ -134,7 +134,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
     h->spare = NULL;
     c->r.zeroed = false;               /* it served blocks before */
   } else {
-    c = (chunk_t *)source_alloc(source_for_node(h->node), size, true);
+    c = (chunk_t *)source_alloc(source_for_node(h->node), size, SRC_EXACT);
     if (!c) return NULL;
     c->r.node = (uint16_t)(h->node < 0 ? 0xffff : h->node);
   }

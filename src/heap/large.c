@@ -37,7 +37,7 @@ void *large_alloc(size_t size, size_t align, bool zero) {
     return NULL;
   }
   size_t total = region_bytes(off + slack, size);
-  region_t *r = source_alloc(src, total, false);
+  region_t *r = source_alloc(src, total, 0);
   if (!r) {
     errno = ENOMEM;
     return NULL;
@@ -83,7 +83,11 @@ void large_free(large_t *l) {
   source_free(&l->r);
 }
 
-/* Returns the moved or resized block, or NULL (errno ENOMEM) leaving p intact. */
+/* Returns the moved or resized block, or NULL (errno ENOMEM) leaving p intact.
+ * Growth first looks for a cached segment that holds the new size: copying
+ * into pages already resident costs less than faulting the fresh tail pages
+ * that mremap would add (a buffer grown step by step would otherwise fault
+ * its whole final size every time it is rebuilt). Else mremap, no copy. */
 void *large_realloc(large_t *l, void *p, size_t size) {
   size_t off = l->user_off;
   if (size > PTRDIFF_MAX - off - PAGE_SIZE) {
@@ -91,9 +95,25 @@ void *large_realloc(large_t *l, void *p, size_t size) {
     return NULL;
   }
   size_t total = region_bytes(off, size);
-  if (total == l->r.size) {
+  if (total <= l->r.size && total + SLICE_SIZE > l->r.size) {   /* fits, and shrinking frees under a slice */
     l->user_size = size;
     return p;
+  }
+  if (total > l->r.size) {
+    large_t *n = (large_t *)source_alloc(l->r.source, total, SRC_CACHED_ONLY);
+    if (n) {
+      n->r.kind = REGION_LARGE;
+      n->r.heap = l->r.heap;
+      n->r.node = l->r.node;
+      n->user_off = off;
+      n->user_size = size;
+      n->magic = LARGE_LIVE;
+      registry_add(&n->r);
+      atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, n->r.size, memory_order_relaxed);
+      memcpy((char *)n + off, p, l->user_size);
+      large_free(l);
+      return (char *)n + off;
+    }
   }
   registry_remove(&l->r);
   size_t old = l->r.size;

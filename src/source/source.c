@@ -84,10 +84,12 @@ static region_t *region_init(source_t *s, void *base, size_t size, bool zeroed, 
   return r;
 }
 
-region_t *source_alloc(source_t *s, size_t size, bool exact) {
+region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
+  bool exact = flags & SRC_EXACT;
   if (s->nseg) {
     lock_acquire(&s->lock);
     ptrdiff_t i = seg_closest(s, size);
+    if (i >= 0 && (flags & SRC_CACHED_ONLY) && s->seg[i].size < size) i = -1;
     if (i >= 0) {
       seg_t g = s->seg[i];
       s->hits++;
@@ -120,6 +122,7 @@ region_t *source_alloc(source_t *s, size_t size, bool exact) {
       lock_release(&s->lock);
     }
   }
+  if (flags & SRC_CACHED_ONLY) return NULL;
   s->misses++;
   stat_add(&locus_stats.misses, 1);
   void *p = os_map(size);
