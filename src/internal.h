@@ -209,6 +209,8 @@ typedef struct source_s {
 enum { SRC_EXACT = 1, SRC_CACHED_ONLY = 2 };   /* source_alloc flags */
 region_t *source_alloc(source_t *s, size_t size, unsigned flags);
 void source_free(region_t *r);
+/* Grows r over the cached segment right after it; false if there is none. */
+bool source_extend(region_t *r, size_t new_size);
 /* Resizes r with mremap (may move); NULL and r untouched on failure. */
 region_t *source_resize(region_t *r, size_t new_size);
 size_t source_release_all(void);

@@ -44,6 +44,7 @@ WORKLOADS = [
     ("exchange_2m", "random_exchange", ["--max-size", "2M"]),
     ("timestep", "timestep", []),
     ("hera", "hera", []),
+    ("realloc_grow", "realloc_grow", []),
     ("numa_first_touch", "numa_first_touch", []),
     ("cache_align", "cache_align", []),
     ("small_random", "small_random", []),

@@ -84,7 +84,8 @@ void large_free(large_t *l) {
 }
 
 /* Returns the moved or resized block, or NULL (errno ENOMEM) leaving p intact.
- * Growth first looks for a cached segment that holds the new size: copying
+ * Growth first takes the cached segment right behind the block, if any (no
+ * copy, no fault); then looks for a cached segment that holds the new size: copying
  * into pages already resident costs less than faulting the fresh tail pages
  * that mremap would add (a buffer grown step by step would otherwise fault
  * its whole final size every time it is rebuilt). Else mremap, no copy. */
@@ -100,6 +101,13 @@ void *large_realloc(large_t *l, void *p, size_t size) {
     return p;
   }
   if (total > l->r.size) {
+    size_t before = l->r.size;
+    if (source_extend(&l->r, total)) {
+      registry_add(&l->r);             /* covers the new slices; the old ones are rewritten alike */
+      atomic_fetch_add_explicit(&l->r.heap->st_large_bytes, l->r.size - before, memory_order_relaxed);
+      l->user_size = size;
+      return p;
+    }
     large_t *n = (large_t *)source_alloc(l->r.source, total, SRC_CACHED_ONLY);
     if (n) {
       n->r.kind = REGION_LARGE;
@@ -110,7 +118,7 @@ void *large_realloc(large_t *l, void *p, size_t size) {
       n->magic = LARGE_LIVE;
       registry_add(&n->r);
       atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, n->r.size, memory_order_relaxed);
-      memcpy((char *)n + off, p, l->user_size);
+      memcpy((char *)n + off, p, large_usable(l));   /* the caller may use all usable bytes */
       large_free(l);
       return (char *)n + off;
     }

@@ -193,6 +193,39 @@ void source_free(region_t *r) {
   unmap_all(victims, nv);
 }
 
+/* Grows r in place over the cached segment that follows it in the same
+ * mapping, if that segment is long enough: no system call, no copy, and the
+ * pages are already resident. A growing buffer carved from the head of a
+ * cached segment finds the rest of that segment right behind it. */
+bool source_extend(region_t *r, size_t new_size) {
+  source_t *s = r->source;
+  char *end = (char *)r + r->size;
+  size_t need = new_size - r->size;
+  if (!s->nseg) return false;
+  lock_acquire(&s->lock);
+  for (size_t i = 0; i < s->nseg; i++) {
+    seg_t *g = &s->seg[i];
+    if (g->base != end || g->map != r->map || g->size < need) continue;
+    if (g->size - need < SLICE_SIZE) need = g->size;   /* a short rest would only be unmapped later */
+    if (need == g->size) {
+      seg_remove(s, i);
+    } else {
+      g->base = end + need;
+      g->size -= need;
+      s->cached -= need;
+    }
+    s->hits++;
+    lock_release(&s->lock);
+    stat_sub(&locus_stats.cached, need);
+    stat_add(&locus_stats.hits, 1);
+    r->size += need;
+    accounting_out(s, need);
+    return true;
+  }
+  lock_release(&s->lock);
+  return false;
+}
+
 region_t *source_resize(region_t *r, size_t new_size) {
   source_t *s = r->source;
   size_t old_size = r->size;

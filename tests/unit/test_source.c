@@ -88,6 +88,48 @@ static void test_realloc_mremap(void) {
   free(p);
 }
 
+/* Growth served by copying into a cached segment keeps every usable byte,
+ * not only the requested ones. */
+static void test_realloc_keeps_usable(void) {
+  locus_set_profile("uma");
+  char *big = malloc(48 * MB);
+  memset(big, 0, 48 * MB);
+  free(big);
+  char *p = malloc(3 * MB);
+  size_t u = malloc_usable_size(p);
+  CHECK(u >= 3 * MB, "usable");
+  memset(p, 0x5A, u);
+  locus_stats_t s0 = stats();
+  char *q = realloc(p, 40 * MB);
+  locus_stats_t s1 = stats();
+  CHECK(q, "realloc");
+  CHECK(s1.cache_hits > s0.cache_hits && s1.mremap_calls == s0.mremap_calls, "growth copied into a cached segment");
+  for (size_t i = 0; i < u; i += 512) CHECK(q[i] == 0x5A, "byte %zu of %zu usable lost", i, u);
+  CHECK(q[u - 1] == 0x5A, "last usable byte lost");
+  free(q);
+}
+
+/* A block carved from the head of a cached segment grows over the rest of
+ * that segment in place: same address, no system call. */
+static void test_realloc_extends_in_place(void) {
+  locus_set_profile("uma");
+  locus_release();
+  char *big = malloc(64 * MB);
+  memset(big, 0, 64 * MB);
+  free(big);
+  char *p = malloc(2 * MB);
+  memset(p, 0x33, 2 * MB);
+  locus_stats_t s0 = stats();
+  char *q = realloc(p, 40 * MB);
+  locus_stats_t s1 = stats();
+  CHECK(q == p, "grown in place (%p -> %p)", (void *)p, (void *)q);
+  CHECK(s1.mmap_calls == s0.mmap_calls && s1.mremap_calls == s0.mremap_calls, "no system call");
+  for (size_t i = 0; i < 2 * MB; i += 1000) CHECK(q[i] == 0x33, "content at %zu", i);
+  CHECK(malloc_usable_size(q) >= 40 * MB, "usable after growth");
+  memset(q, 1, 40 * MB);
+  free(q);
+}
+
 static void test_profiles(void) {
   locus_set_profile("uma");
   for (int i = 0; i < 8; i++) {
@@ -167,6 +209,8 @@ int main(int argc, char **argv) {
   test_reuse_without_faults();
   test_calloc_recycled();
   test_realloc_mremap();
+  test_realloc_keeps_usable();
+  test_realloc_extends_in_place();
   test_profiles();
   test_environment();
   return TEST_DONE();
