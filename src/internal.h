@@ -93,7 +93,6 @@ void *os_map(size_t size);                 /* fresh zeroed pages or NULL */
 bool os_unmap(void *p, size_t size);
 void *os_remap(void *p, size_t old_size, size_t new_size, bool may_move);
 bool os_free_lazily(void *p, size_t size);  /* MADV_FREE */
-bool os_decommit(void *p, size_t size);     /* MADV_DONTNEED */
 /* Clears [p, p+size) (page-aligned bounds), touching only resident pages. */
 void os_zero_resident(void *p, size_t size);
 uint64_t os_random(void);
@@ -136,7 +135,7 @@ typedef struct region_s {
   uint16_t node;
   uint32_t map;                /* kernel mapping (VMA) the region lies in, see source.c */
   struct source_s *source;     /* where the memory returns */
-  struct heap_s *heap;         /* owner (chunks); NULL for large */
+  struct heap_s *heap;         /* owner (chunks); allocating heap (large: statistics only) */
 } region_t;
 
 void registry_add(region_t *r);
@@ -285,7 +284,6 @@ typedef struct heap_s {
   long tid;
   int node;
   int state;                   /* heap_state_t */
-  size_t chunks;               /* chunks held */
   /* statistics, relaxed atomics: the owner writes, reports read */
   atomic_size_t st_chunk_bytes;    /* bytes of chunks held */
   atomic_size_t st_large_bytes;    /* live large blocks allocated by this heap's threads */
@@ -314,9 +312,6 @@ void heap_drain_remote(heap_t *h);
 void heap_collect(heap_t *h);
 chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind);
 void heap_chunk_release(heap_t *h, chunk_t *c);
-void heaps_fork_prepare(void);
-void heaps_fork_parent(void);
-void heaps_fork_child(void);
 void heaps_counts(size_t *live, size_t *orphaned);
 void locus_init(void);
 extern atomic_int locus_init_state;
@@ -384,6 +379,5 @@ static inline size_t large_usable(const large_t *l) { return l->r.size - l->user
 /* entry points shared by the api/ files */
 void *locus_alloc_aligned(size_t size, size_t align);
 void locus_free_checked(void *p, const char *fn);
-void locus_after_fork_child(void);
 
 #endif /* LOCUS_INTERNAL_H */

@@ -110,7 +110,6 @@ void heap_chunk_release(heap_t *h, chunk_t *c) {
   else *list = c->next;
   if (c->next) c->next->prev = c->prev;
   c->next = c->prev = NULL;
-  h->chunks--;
   heap_stat_add(&h->st_chunk_bytes, -c->r.size);
   if (h->hot == (uintptr_t)c) h->hot = HOT_NONE;
   if (!h->spare && c->r.size == CHUNK_SIZE && h->state == HEAP_LIVE) {
@@ -142,7 +141,6 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   c->r.heap = h;
   registry_add(&c->r);                 /* (again, for a spare: the kind is in the entries) */
   c->next = c->prev = NULL;
-  h->chunks++;
   heap_stat_add(&h->st_chunk_bytes, size);
   if (kind == REGION_SMALL) {
     c->free_runs = ~(uint64_t)1;       /* run 0 holds this header */
@@ -202,9 +200,9 @@ void heaps_counts(size_t *live, size_t *orphaned) {
  * been mid-update, so they are never used again (DEAD): frees of their blocks
  * still go to their stacks, which nobody drains. Orphans are consistent and
  * stay adoptable. */
-void heaps_fork_prepare(void) { lock_acquire(&heaps_lock); }
-void heaps_fork_parent(void) { lock_release(&heaps_lock); }
-void heaps_fork_child(void) {
+static void heaps_fork_prepare(void) { lock_acquire(&heaps_lock); }
+static void heaps_fork_parent(void) { lock_release(&heaps_lock); }
+static void heaps_fork_child(void) {
   heap_t *self = locus_tls_heap;
   for (heap_t *h = all_heaps; h; h = h->next_all)
     if (h != self && h->state == HEAP_LIVE) h->state = HEAP_DEAD;

@@ -37,12 +37,6 @@ bool os_free_lazily(void *p, size_t size) {
   return madvise(p, size, MADV_DONTNEED) == 0;  /* kernels without MADV_FREE */
 }
 
-bool os_decommit(void *p, size_t size) {
-  stat_add(&locus_stats.madvises, 1);
-  stat_add(&locus_stats.returned, size);
-  return madvise(p, size, MADV_DONTNEED) == 0;
-}
-
 /* Clears only the resident pages of a recycled range: a page that is not
  * resident reads as zero on its next fault anyway (anonymous private memory),
  * so clearing it would fault it in for nothing (SPEC §2, calloc). Runs of

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int check_count;
 #define CHECK(cond, ...)                                                     \
@@ -29,5 +30,15 @@ static inline int verify(const void *p, size_t size) {
   for (size_t i = 0; i < size; i++)
     if (((const unsigned char *)p)[i] != pat(p, size, i)) return 0;
   return 1;
+}
+/* Resident set size of this process, from /proc/self/status. */
+static inline size_t rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  size_t v = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmRSS:", 6)) v = strtoul(line + 6, NULL, 10);
+  if (f) fclose(f);
+  return v;
 }
 #endif

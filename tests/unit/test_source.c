@@ -11,16 +11,6 @@
 #include "check.h"
 #include "locus.h"
 
-static size_t rss_kib(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  size_t v = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "VmRSS:", 6)) v = strtoul(line + 6, NULL, 10);
-  if (f) fclose(f);
-  return v;
-}
-
 static locus_stats_t stats(void) {
   locus_stats_t s;
   locus_stats_get(&s);

@@ -13,16 +13,6 @@
 #include "check.h"
 #include "locus.h"
 
-static size_t rss_kib(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  size_t v = 0;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "VmRSS:", 6)) v = strtoul(line + 6, NULL, 10);
-  if (f) fclose(f);
-  return v;
-}
-
 static uint64_t rnd(uint64_t *s) {
   *s ^= *s << 13;
   *s ^= *s >> 7;
