@@ -298,7 +298,14 @@ void heaps_report(void (*line)(void *, const heap_t *), void *ctx);
 
 #define HOT_NONE ((uintptr_t)1 << 63)   /* p - HOT_NONE >= CHUNK_SIZE for every user address */
 
-extern __thread heap_t *locus_tls_heap __attribute__((tls_model("initial-exec")));
+/* The TLS model is a build option: initial-exec (one load, for LD_PRELOAD and
+ * linking) or the dynamic model that dlopen always accepts. */
+#ifdef LOCUS_TLS_DYNAMIC
+#define LOCUS_TLS __thread __attribute__((tls_model("global-dynamic")))
+#else
+#define LOCUS_TLS __thread __attribute__((tls_model("initial-exec")))
+#endif
+extern LOCUS_TLS heap_t *locus_tls_heap;
 extern uint64_t locus_free_key;        /* tags freed blocks, see block_tag() */
 extern run_t locus_empty_run;          /* cur[] sentinel: never has free blocks */
 

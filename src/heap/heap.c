@@ -15,7 +15,7 @@
 
 #include "internal.h"
 
-__thread heap_t *locus_tls_heap __attribute__((tls_model("initial-exec")));
+LOCUS_TLS heap_t *locus_tls_heap;
 uint64_t locus_free_key;
 run_t locus_empty_run = {.state = RUN_FULL};
 atomic_int locus_init_state;
