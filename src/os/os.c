@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "arch/arch.h"
 #include "internal.h"
 
 extern char **environ;
@@ -69,9 +70,7 @@ void os_zero_resident(void *p, size_t size) {
 uint64_t os_random(void) {
   uint64_t r = 0;
   if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r) {
-    unsigned lo, hi;
-    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
-    r = ((uint64_t)hi << 32 | lo) ^ (uintptr_t)&r;
+    r = arch_cycles() ^ (uintptr_t)&r;
   }
   /* splitmix64 finaliser: spreads weak entropy over every bit */
   r += 0x9e3779b97f4a7c15ull;

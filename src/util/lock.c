@@ -3,12 +3,13 @@
  * can reset it, which a pthread mutex held by a vanished thread would not allow. */
 #include <sched.h>
 
+#include "arch/arch.h"
 #include "internal.h"
 
 void lock_acquire(lock_t *l) {
   for (unsigned spins = 0;; spins++) {
     if (atomic_load_explicit(&l->v, memory_order_relaxed) == 0 && lock_try(l)) return;
-    if (spins < 64) __builtin_ia32_pause();
+    if (spins < 64) arch_pause();
     else sched_yield();
   }
 }
