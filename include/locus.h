@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define LOCUS_VERSION_MAJOR 0
-#define LOCUS_VERSION_MINOR 1
+#define LOCUS_VERSION_MINOR 2
 #define LOCUS_VERSION_PATCH 0
 
 /* Version string, e.g. "0.1.0". */
@@ -65,6 +65,32 @@ size_t locus_cached_bytes(void);
 /* Reclaim what the calling thread's heap can give back now: drain its queue of
  * blocks freed by other threads and return its empty macro-blocks. */
 void locus_collect(void);
+
+/* ---- Options ----------------------------------------------------------------
+ * Every LOCUS_* environment variable is an option (the README lists them all).
+ * `name` is the short name ("cache_max") or the variable ("LOCUS_CACHE_MAX").
+ *
+ * locus_option_get writes the current value as text (sizes with a k/M/G/T
+ * suffix, booleans as 0/1) into buf, NUL-terminated when len > 0, and returns
+ * the length the whole value needs (like snprintf), or -1 with errno = EINVAL
+ * for an unknown name.
+ *
+ * locus_option_set parses `value` as the environment variable would be and
+ * applies it at once (a smaller cache bound releases the excess). Returns 0,
+ * or -1 with errno = EINVAL (unknown name, malformed or out-of-range value:
+ * nothing changes) or EBUSY (the option is fixed at start-up, e.g.
+ * large_threshold). */
+int locus_option_get(const char *name, char *buf, size_t len);
+int locus_option_set(const char *name, const char *value);
+
+/* ---- Checking ---------------------------------------------------------------
+ * Validates the calling thread's heap (runs, free lists, medium blocks and
+ * their bins, registry entries) and the memory sources' accounting. Returns 0
+ * when everything holds; a violation aborts with a message naming it (the
+ * heap is corrupt: continuing could only spread the damage). Costs a walk of
+ * the thread's heap: for tests and debugging, not for production loops. The
+ * LOCUS_DEBUG build also runs it by itself on slow paths. */
+int locus_heap_check(void);
 
 /* ---- Statistics ----------------------------------------------------------- */
 typedef struct locus_stats {

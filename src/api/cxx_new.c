@@ -7,7 +7,8 @@
  * -fexceptions so that the exception can unwind through it. */
 #include <stddef.h>
 
-#include "internal.h"
+#include "api/api.h"
+#include "types.h"
 
 #ifndef LOCUS_NO_OVERRIDE
 typedef void (*new_handler_t)(void);

@@ -1,26 +1,25 @@
 /* The locus-specific API of locus.h, and glibc extensions that map onto it. */
 #include <errno.h>
 
-#include "internal.h"
+#include "heap/heap.h"
+#include "source/source.h"
+#include "util/options.h"
 
-LOCUS_EXPORT const char *locus_version(void) { return "0.1.0"; }
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+/* Built from the header's macros: the version has one source. */
+LOCUS_EXPORT const char *locus_version(void) {
+  return STR(LOCUS_VERSION_MAJOR) "." STR(LOCUS_VERSION_MINOR) "." STR(LOCUS_VERSION_PATCH);
+}
 
 LOCUS_EXPORT int locus_set_profile(const char *name) {
-  profile_t p;
-  locus_init();
-  if (!name || !profile_parse(name, &p)) {
-    errno = EINVAL;
-    return -1;
-  }
-  locus_opt.profile = p;
-  locus_opt.cache_max = options_profile_cache_max(p);
-  sources_apply_profile();
-  return 0;
+  return locus_option_set("profile", name);
 }
 
 LOCUS_EXPORT const char *locus_get_profile(void) {
   locus_init();
-  return profile_name(locus_opt.profile);
+  return profile_name(atomic_load(&locus_opt.profile));
 }
 
 LOCUS_EXPORT size_t locus_release(void) {
@@ -35,6 +34,14 @@ LOCUS_EXPORT size_t locus_cached_bytes(void) { return source_cached_total(); }
 LOCUS_EXPORT void locus_collect(void) {
   heap_t *h = locus_tls_heap;
   if (h) heap_collect(h);
+}
+
+LOCUS_EXPORT int locus_heap_check(void) {
+  locus_init();
+  heap_t *h = locus_tls_heap;
+  if (h) heap_validate(h);
+  sources_validate();
+  return 0;
 }
 
 #ifndef LOCUS_NO_OVERRIDE

@@ -6,7 +6,9 @@
 #include <errno.h>
 #include <string.h>
 
-#include "internal.h"
+#include "api/api.h"
+#include "heap/heap.h"
+#include "util/options.h"
 
 /* Sizes at or above this can never be satisfied (glibc uses the same bound). */
 #define MAX_REQUEST ((size_t)PTRDIFF_MAX - 2 * PAGE_SIZE)

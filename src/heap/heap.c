@@ -1,4 +1,4 @@
-/* Heap lifecycle (SPEC §2, seed 000 §4.6.1, §4.9): one heap per thread, found
+/* Heap lifecycle (Valat, PhD thesis, 2014, §4.6.1, §4.9): one heap per thread, found
  * through a thread-local pointer set at the thread's first allocation. Only
  * the owner touches a heap's lists, so the owner never locks. Other threads
  * free into the heap's lock-free MPSC stack (`remote`), which the owner
@@ -10,14 +10,20 @@
  * header) always names valid memory. */
 #define _GNU_SOURCE
 #include <pthread.h>
-#include <sched.h>
 #include <string.h>
 
-#include "internal.h"
+#include "heap/heap.h"
+
+#include "numa/topology.h"
+#include "os/os.h"
+#include "util/lock.h"
+#include "util/options.h"
+#include "util/stats.h"
 
 LOCUS_TLS heap_t *locus_tls_heap;
 uint64_t locus_free_key;
 run_t locus_empty_run = {.state = RUN_FULL};
+heap_t locus_oom_heap = {.hot = HOT_NONE, .node = -1, .state = HEAP_DEAD};
 atomic_int locus_init_state;
 
 static lock_t heaps_lock;           /* guards all_heaps, orphans, the record arena */
@@ -63,9 +69,9 @@ heap_t *heap_get_slow(void) {
     h->next_orphan = NULL;
   } else {
     h = heap_record_new();
-    if (!h) {
+    if (!h) {                          /* the OS refused memory: malloc fails with ENOMEM */
       lock_release(&heaps_lock);
-      locus_fatal("out of memory while creating a thread heap");
+      return &locus_oom_heap;
     }
     memset(h, 0, sizeof *h);
     heap_reset_classes(h);
@@ -90,6 +96,9 @@ void heap_drain_remote(heap_t *h) {
   for (; b; n++) {
     void *next = *(void **)b;
     chunk_t *c = (chunk_t *)registry_lookup(b);
+    /* A queued block lies in a live chunk of this heap: chunks go back to the
+     * source only when all their blocks are free, queued ones included. */
+    LOCUS_ASSERT(c && c->r.heap == h && (c->r.kind == REGION_SMALL || c->r.kind == REGION_MEDIUM));
     if (c->r.kind == REGION_SMALL) {
       size_t off;
       run_t *run = chunk_run_of(c, b, &off);
@@ -135,11 +144,14 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   } else {
     c = (chunk_t *)source_alloc(source_for_node(h->node), size, SRC_EXACT);
     if (!c) return NULL;
-    c->r.node = (uint16_t)(h->node < 0 ? 0xffff : h->node);
+    c->r.node = (uint16_t)(h->node < 0 ? NODE_NONE : h->node);
   }
   c->r.kind = (uint8_t)kind;
   c->r.heap = h;
-  registry_add(&c->r);                 /* (again, for a spare: the kind is in the entries) */
+  if (!registry_add(&c->r)) {          /* (again, for a spare: the kind is in the entries) */
+    source_free(&c->r);
+    return NULL;
+  }
   c->next = c->prev = NULL;
   heap_stat_add(&h->st_chunk_bytes, size);
   if (kind == REGION_SMALL) {
@@ -157,6 +169,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
 
 void heap_collect(heap_t *h) {
   heap_drain_remote(h);
+  heap_debug_tick(h);
   if (h->spare) {
     chunk_t *c = h->spare;
     h->spare = NULL;
@@ -230,9 +243,11 @@ void locus_init(void) {
   if (likely(st == 2)) return;
   int zero = 0;
   if (!atomic_compare_exchange_strong(&locus_init_state, &zero, 1)) {
-    while (atomic_load_explicit(&locus_init_state, memory_order_acquire) != 2) sched_yield();
+    while (atomic_load_explicit(&locus_init_state, memory_order_acquire) != 2) os_yield();
     return;
   }
+  os_features_probe();
+  os_stderr_keep();
   options_init();
   topology_init();
   sources_init();
@@ -240,6 +255,7 @@ void locus_init(void) {
   locus_free_key = os_random() | 1;
   pthread_key_create(&exit_key, heap_abandon);
   atomic_store_explicit(&locus_init_state, 2, memory_order_release);
+  if (atomic_load(&locus_opt.verbose)) options_print();
 }
 
 /* Registered from a constructor, outside any malloc call: pthread_atfork may

@@ -1,12 +1,15 @@
 /* Large blocks (above the large threshold): one region each, straight from the
  * memory source of the thread's node. The header sits at the region start;
  * the payload starts at a random multiple of 64 bytes within the first page
- * (SPEC §5: large arrays aligned on the same power of two share cache sets).
+ * (large arrays aligned on the same power of two share cache sets: Valat,
+ * PhD thesis, 2014, Ch.3).
  * realloc resizes with mremap: the kernel moves page-table entries, no copy. */
 #include <errno.h>
 #include <string.h>
 
-#include "internal.h"
+#include "heap/heap.h"
+#include "os/os.h"
+#include "util/options.h"
 
 #define HDR_ROOM 64u
 
@@ -29,6 +32,10 @@ void *large_alloc(size_t size, size_t align, bool zero) {
     return NULL;
   }
   heap_t *h = heap_get();
+  if (unlikely(h == &locus_oom_heap)) {
+    errno = ENOMEM;
+    return NULL;
+  }
   source_t *src = source_for_node(h->node);
   size_t off = align <= 64 ? HDR_ROOM + color_offset() : align_up(HDR_ROOM, align);
   size_t slack = align > PAGE_SIZE ? align : 0;   /* regions are only page-aligned */
@@ -49,11 +56,15 @@ void *large_alloc(size_t size, size_t align, bool zero) {
   large_t *l = (large_t *)base;
   l->r.kind = REGION_LARGE;
   l->r.heap = h;
-  l->r.node = (uint16_t)(h->node < 0 ? 0xffff : h->node);
+  l->r.node = (uint16_t)(h->node < 0 ? NODE_NONE : h->node);
   l->user_off = off;
   l->user_size = size;
   l->magic = LARGE_LIVE;
-  registry_add(&l->r);
+  if (!registry_add(&l->r)) {          /* no memory for the registry: give the region back */
+    source_free(&l->r);
+    errno = ENOMEM;
+    return NULL;
+  }
   atomic_fetch_add_explicit(&h->st_large_bytes, total, memory_order_relaxed);
   heap_stat_add(&h->st_large_allocs, 1);
   char *p = base + off;
@@ -83,27 +94,24 @@ void large_free(large_t *l) {
   source_free(&l->r);
 }
 
+static void record(region_t *r, registry_resv_t *rv) {
+  bool ok = registry_add_reserved(r, rv);
+  LOCUS_ASSERT(ok);
+  (void)ok;
+}
+
 /* Returns the moved or resized block, or NULL (errno ENOMEM) leaving p intact.
  * Growth first takes the cached segment right behind the block, if any (no
  * copy, no fault); then looks for a cached segment that holds the new size: copying
  * into pages already resident costs less than faulting the fresh tail pages
  * that mremap would add (a buffer grown step by step would otherwise fault
  * its whole final size every time it is rebuilt). Else mremap, no copy. */
-void *large_realloc(large_t *l, void *p, size_t size) {
+static void *large_move(large_t *l, void *p, size_t size, size_t total, registry_resv_t *rv) {
   size_t off = l->user_off;
-  if (size > PTRDIFF_MAX - off - PAGE_SIZE) {
-    errno = ENOMEM;
-    return NULL;
-  }
-  size_t total = region_bytes(off, size);
-  if (total <= l->r.size && total + SLICE_SIZE > l->r.size) {   /* fits, and shrinking frees under a slice */
-    l->user_size = size;
-    return p;
-  }
   if (total > l->r.size) {
     size_t before = l->r.size;
     if (source_extend(&l->r, total)) {
-      registry_add(&l->r);             /* covers the new slices; the old ones are rewritten alike */
+      record(&l->r, rv);               /* covers the new slices; the old ones are rewritten alike */
       atomic_fetch_add_explicit(&l->r.heap->st_large_bytes, l->r.size - before, memory_order_relaxed);
       l->user_size = size;
       return p;
@@ -116,7 +124,7 @@ void *large_realloc(large_t *l, void *p, size_t size) {
       n->user_off = off;
       n->user_size = size;
       n->magic = LARGE_LIVE;
-      registry_add(&n->r);
+      record(&n->r, rv);
       atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, n->r.size, memory_order_relaxed);
       memcpy((char *)n + off, p, large_usable(l));   /* the caller may use all usable bytes */
       large_free(l);
@@ -127,13 +135,38 @@ void *large_realloc(large_t *l, void *p, size_t size) {
   size_t old = l->r.size;
   large_t *n = (large_t *)source_resize(&l->r, total);
   if (!n) {
-    registry_add(&l->r);
+    record(&l->r, rv);                 /* its leaves exist: it was recorded before */
     errno = ENOMEM;
     return NULL;
   }
   atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, total - old, memory_order_relaxed);  /* modular */
   n->user_size = size;
   n->r.zeroed = false;
-  registry_add(&n->r);
+  record(&n->r, rv);
   return (char *)n + off;
+}
+
+/* realloc of a large block: in place when the new size fits, else large_move. */
+void *large_realloc(large_t *l, void *p, size_t size) {
+  size_t off = l->user_off;
+  if (size > PTRDIFF_MAX - off - PAGE_SIZE - SLICE_SIZE) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t total = region_bytes(off, size);
+  if (total <= l->r.size && total + SLICE_SIZE > l->r.size) {   /* fits, and shrinking frees under a slice */
+    l->user_size = size;
+    return p;
+  }
+  /* Every path below records a region of at most this many bytes at an
+   * address not known in advance: set the registry leaves aside first, so
+   * that nothing can fail once the block has moved. */
+  registry_resv_t rv;
+  if (!registry_reserve(&rv, (total > l->r.size ? total : l->r.size) + SLICE_SIZE)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  void *q = large_move(l, p, size, total, &rv);
+  registry_unreserve(&rv);
+  return q;
 }

@@ -1,5 +1,5 @@
 /* Medium blocks (SMALL_MAX < size <= large threshold): boundary-tagged blocks
- * inside medium chunks (SPEC §2, seed 000 §4.6.2). Each block starts with a
+ * inside medium chunks (Valat, PhD thesis, 2014, §4.6.2). Each block starts with a
  * 16-byte tag (size of the previous block, own size | in-use bit). Freed
  * blocks merge at once with free neighbours and go to segregated, doubly
  * linked FIFO lists (4 bins per power of two); the remainder of a split goes
@@ -10,16 +10,9 @@
  * block has prev_size 0, so merging to the left stops there. */
 #include <string.h>
 
-#include "internal.h"
+#include "heap/heap.h"
 
-#define FIRST_OFF align_up(sizeof(chunk_t), 64)
-
-static inline size_t mb_size(const mblock_t *b) { return b->head & ~(size_t)15; }
-static inline bool mb_inuse(const mblock_t *b) { return b->head & MB_INUSE; }
-static inline mblock_t *mb_next(mblock_t *b) { return (mblock_t *)((char *)b + mb_size(b)); }
-static inline mblock_t *mb_of(const void *p) { return (mblock_t *)((char *)p - MB_HDR); }
-
-static unsigned bin_of(size_t size) {
+unsigned medium_bin_of(size_t size) {
   if (size < 8 * KiB) return 0;
   int k = log2_floor(size);
   unsigned b = 1 + (unsigned)(k - 13) * 4 + (unsigned)((size >> (k - 2)) & 3);
@@ -27,7 +20,7 @@ static unsigned bin_of(size_t size) {
 }
 
 static void bin_unlink(heap_t *h, mblock_t *b) {
-  unsigned i = bin_of(mb_size(b));
+  unsigned i = medium_bin_of(mb_size(b));
   mbin_t *bin = &h->mbins[i];
   if (b->prev) b->prev->next = b->next;
   else bin->head = b->next;
@@ -37,7 +30,7 @@ static void bin_unlink(heap_t *h, mblock_t *b) {
 }
 
 static void bin_insert(heap_t *h, mblock_t *b, bool at_head) {
-  unsigned i = bin_of(mb_size(b));
+  unsigned i = medium_bin_of(mb_size(b));
   mbin_t *bin = &h->mbins[i];
   if (!bin->head) {
     b->next = b->prev = NULL;
@@ -62,19 +55,19 @@ static void mb_set_size(mblock_t *b, size_t size, bool inuse) {
 }
 
 void medium_chunk_init(heap_t *h, chunk_t *c) {
-  mblock_t *first = (mblock_t *)((char *)c + FIRST_OFF);
+  mblock_t *first = (mblock_t *)((char *)c + MEDIUM_FIRST_OFF);
   mblock_t *end = (mblock_t *)((char *)c + c->r.size - MB_HDR);
   first->prev_size = 0;
   end->head = MB_INUSE;
   mb_set_size(first, (size_t)((char *)end - (char *)first), false);
-  c->hiwater = FIRST_OFF + sizeof(mblock_t);
+  c->hiwater = MEDIUM_FIRST_OFF + sizeof(mblock_t);
   bin_insert(h, first, false);
 }
 
 /* First fit in the request's own bin (bounded scan, FIFO order), else the
  * head of the next non-empty bin, whose blocks are all large enough. */
 static mblock_t *find_fit(heap_t *h, size_t need) {
-  unsigned i = bin_of(need);
+  unsigned i = medium_bin_of(need);
   unsigned scanned = 0;
   for (mblock_t *b = h->mbins[i].head; b && scanned < 16; b = b->next, scanned++)
     if (mb_size(b) >= need) return b;
@@ -113,6 +106,11 @@ void *medium_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   size_t need = align_up(size, 16) + MB_HDR;
   if (need < MB_MIN) need = MB_MIN;
   size_t search = align > 16 ? need + align + MB_MIN : need;
+  if (unlikely(h == &locus_oom_heap)) {     /* no heap yet: the OS may have memory now */
+    h = heap_get_slow();
+    if (h == &locus_oom_heap) return NULL;
+  }
+  heap_debug_tick(h);
   if (atomic_load_explicit(&h->remote, memory_order_relaxed)) heap_drain_remote(h);
   mblock_t *b = find_fit(h, search);
   if (!b) {
@@ -158,7 +156,7 @@ void *medium_alloc(heap_t *h, size_t size, size_t align, bool zero) {
  * the next block's prev_size (the previous block may be merging right now). */
 mblock_t *medium_check(chunk_t *c, const void *p, const char *fn, bool local) {
   mblock_t *b = mb_of(p);
-  uintptr_t lo = (uintptr_t)c + FIRST_OFF, hi = (uintptr_t)c + c->r.size - MB_HDR;
+  uintptr_t lo = (uintptr_t)c + MEDIUM_FIRST_OFF, hi = (uintptr_t)c + c->r.size - MB_HDR;
   size_t sz = mb_size(b);
   if (((uintptr_t)p & 15) || (uintptr_t)b < lo || (uintptr_t)b >= hi || sz < MB_MIN ||
       sz > hi - (uintptr_t)b || mb_next(b)->prev_size != sz ||
@@ -187,7 +185,7 @@ void medium_free_local(heap_t *h, chunk_t *c, void *p) {
   }
   mb_set_size(b, size, false);
   ((uintptr_t *)p)[1] = block_tag(p);  /* a later free of p is caught even after merging */
-  if ((char *)b == (char *)c + FIRST_OFF && size == c->r.size - FIRST_OFF - MB_HDR) {
+  if ((char *)b == (char *)c + MEDIUM_FIRST_OFF && size == c->r.size - MEDIUM_FIRST_OFF - MB_HDR) {
     heap_chunk_release(h, c);
     return;
   }

@@ -1,6 +1,7 @@
 /* Small blocks (<= SMALL_MAX): size classes served from 64 KiB runs, each run
  * holding blocks of one class, linked in a free list through their first
- * word (SPEC §2: jemalloc-style runs beat boundary tags for small sizes).
+ * word: jemalloc-style runs, which the thesis found would beat its 16-byte
+ * boundary tags for small sizes (Valat, PhD thesis, 2014, §4.6).
  *
  * Classes: 16..128 in steps of 16, then 4 classes per power of two up to
  * 8 KiB. Worst-case internal waste: 15 bytes for requests <= 128 (e.g. 17 B
@@ -12,7 +13,7 @@
  * (RUN_FREE, its slot free in the chunk's bitmap). */
 #include <string.h>
 
-#include "internal.h"
+#include "heap/heap.h"
 
 uint8_t locus_class_of16[SMALL_MAX / 16 + 1];
 uint32_t locus_class_size[NUM_CLASSES];
@@ -46,13 +47,20 @@ static void run_init(run_t *run, unsigned cls) {
  * Carving lazily keeps untouched pages of a fresh run untouched. */
 static void run_extend(chunk_t *c, run_t *run) {
   uint32_t bs = run->bsize;
-  unsigned n = PAGE_SIZE / bs;
+  unsigned n = CARVE_SIZE / bs;
   if (n == 0) n = 1;
   if (n > (unsigned)(run->capacity - run->carved)) n = run->capacity - run->carved;
   char *b = run_start(c, run) + (size_t)run->carved * bs;
   run->carved = (uint16_t)(run->carved + n);
-  for (unsigned i = 0; i + 1 < n; i++, b += bs) *(void **)b = b + bs;
-  *(void **)b = run->free;
+  /* Carved blocks carry the freed tag like freed ones: every block on a free
+   * list has it (the validator checks), and freeing a block that was never
+   * handed out is caught as a double free. */
+  for (unsigned i = 0; i + 1 < n; i++, b += bs) {
+    ((void **)b)[0] = b + bs;
+    ((uintptr_t *)b)[1] = block_tag(b);
+  }
+  ((void **)b)[0] = run->free;
+  ((uintptr_t *)b)[1] = block_tag(b);
   run->free = run_start(c, run) + (size_t)(run->carved - n) * bs;
 }
 
@@ -95,6 +103,7 @@ static run_t *run_new(heap_t *h, unsigned cls, chunk_t **out) {
 }
 
 static inline void *run_pop(run_t *run) {
+  LOCUS_ASSERT(run->state == RUN_ACTIVE && run->used < run->carved && run->carved <= run->capacity);
   void **b = run->free;
   run->free = *b;
   run->used++;
@@ -103,6 +112,11 @@ static inline void *run_pop(run_t *run) {
 }
 
 void *small_alloc_slow(heap_t *h, unsigned cls) {
+  if (unlikely(h == &locus_oom_heap)) {     /* no heap yet: the OS may have memory now */
+    h = heap_get_slow();
+    if (h == &locus_oom_heap) return NULL;
+  }
+  heap_debug_tick(h);
   run_t *run = h->cur[cls];
   if (run != &locus_empty_run) {
     if (run->carved < run->capacity) {

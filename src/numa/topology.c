@@ -1,11 +1,12 @@
 /* NUMA topology from sysfs, read with raw file I/O so that discovery never
  * calls malloc (the thesis hit infinite recursion through hwloc/libnuma at
- * this point, SPEC §3 "Bootstrap"). */
-#define _GNU_SOURCE
-#include <sched.h>
+ * this point: Valat, PhD thesis, 2014, §4.11). */
 #include <string.h>
 
-#include "internal.h"
+#include "numa/topology.h"
+
+#include "os/os.h"
+#include "types.h"
 
 #define MAX_NODES 64
 #define MAX_CPUS 1024
@@ -50,11 +51,12 @@ void topology_init(void) {
 int topology_nodes(void) { return nnodes; }
 
 int topology_thread_node(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  uint64_t set[MAX_CPUS / 64];
+  int words = os_thread_cpus(set, MAX_CPUS / 64);
+  if (words < 0) return -1;
   int found = -1;
-  for (int cpu = 0; cpu < CPU_SETSIZE && cpu < MAX_CPUS; cpu++) {
-    if (!CPU_ISSET(cpu, &set)) continue;
+  for (int cpu = 0; cpu < words * 64; cpu++) {
+    if (!(set[cpu / 64] >> (cpu % 64) & 1)) continue;
     int node = -1;
     for (int n = 0; n < nnodes; n++)
       if (node_cpus[n][cpu / 64] >> (cpu % 64) & 1) { node = n; break; }

@@ -1,32 +1,50 @@
-/* The OS layer: every system call locus makes goes through here, so the
- * statistics count them and nothing else needs <sys/mman.h>. */
+/* The OS layer: memory, processes, files. Every system call of locus is in
+ * this file or in features.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "os/os.h"
+
 #include "arch/arch.h"
-#include "internal.h"
+#include "types.h"
+#include "util/stats.h"
 
 extern char **environ;
 
+static atomic_int inject_map_failures;
+
+void os_inject_map_failures(int n) { atomic_store(&inject_map_failures, n); }
+
 void *os_map(size_t size) {
+  if (unlikely(atomic_load_explicit(&inject_map_failures, memory_order_relaxed) > 0) &&
+      atomic_fetch_sub(&inject_map_failures, 1) > 0) {
+    errno = ENOMEM;
+    return NULL;
+  }
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   stat_add(&locus_stats.mmaps, 1);
+  LOCUS_ASSERT(p == MAP_FAILED || ((uintptr_t)p & (os_page_size() - 1)) == 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
 bool os_unmap(void *p, size_t size) {
+  LOCUS_ASSERT(((uintptr_t)p & (PAGE_SIZE - 1)) == 0 && size % PAGE_SIZE == 0);
   stat_add(&locus_stats.munmaps, 1);
   stat_add(&locus_stats.returned, size);
   return munmap(p, size) == 0;
 }
 
 void *os_remap(void *p, size_t old_size, size_t new_size, bool may_move) {
+  LOCUS_ASSERT(old_size % PAGE_SIZE == 0 && new_size % PAGE_SIZE == 0);
   stat_add(&locus_stats.mremaps, 1);
   void *q = mremap(p, old_size, new_size, may_move ? MREMAP_MAYMOVE : 0);
   return q == MAP_FAILED ? NULL : q;
@@ -34,33 +52,34 @@ void *os_remap(void *p, size_t old_size, size_t new_size, bool may_move) {
 
 bool os_free_lazily(void *p, size_t size) {
   stat_add(&locus_stats.madvises, 1);
-  if (madvise(p, size, MADV_FREE) == 0) return true;
-  return madvise(p, size, MADV_DONTNEED) == 0;  /* kernels without MADV_FREE */
+  if (os_features.madv_free && madvise(p, size, MADV_FREE) == 0) return true;
+  return madvise(p, size, MADV_DONTNEED) == 0;
 }
 
 /* Clears only the resident pages of a recycled range: a page that is not
  * resident reads as zero on its next fault anyway (anonymous private memory),
- * so clearing it would fault it in for nothing (SPEC §2, calloc). Runs of
- * resident pages longer than a threshold are dropped with MADV_DONTNEED
- * instead, which is cheaper than writing them. */
+ * so clearing it would fault it in for nothing (Valat, PhD thesis, 2014, Ch.5).
+ * Runs of resident pages longer than a threshold are dropped with
+ * MADV_DONTNEED instead, which is cheaper than writing them. */
 void os_zero_resident(void *p, size_t size) {
-  enum { BATCH = 4096, DROP_MIN = 64 };   /* pages per mincore call; pages worth dropping */
+  enum { BATCH = 4096, DROP_MIN_BYTES = 256 * 1024 };
   unsigned char vec[BATCH];
+  size_t page = os_page_size();
   char *base = p;
-  size_t pages = size / PAGE_SIZE;
+  size_t pages = size / page;
   for (size_t first = 0; first < pages; first += BATCH) {
     size_t n = pages - first < BATCH ? pages - first : BATCH;
-    if (mincore(base + first * PAGE_SIZE, n * PAGE_SIZE, vec) != 0) {
-      memset(base + first * PAGE_SIZE, 0, n * PAGE_SIZE);
+    if (mincore(base + first * page, n * page, vec) != 0) {
+      memset(base + first * page, 0, n * page);
       continue;
     }
     for (size_t i = 0; i < n;) {
       if (!(vec[i] & 1)) { i++; continue; }
       size_t j = i;
       while (j < n && (vec[j] & 1)) j++;
-      char *q = base + (first + i) * PAGE_SIZE;
-      size_t len = (j - i) * PAGE_SIZE;
-      if (j - i >= DROP_MIN && madvise(q, len, MADV_DONTNEED) == 0) stat_add(&locus_stats.madvises, 1);
+      char *q = base + (first + i) * page;
+      size_t len = (j - i) * page;
+      if (len >= DROP_MIN_BYTES && madvise(q, len, MADV_DONTNEED) == 0) stat_add(&locus_stats.madvises, 1);
       else memset(q, 0, len);
       i = j;
     }
@@ -69,9 +88,7 @@ void os_zero_resident(void *p, size_t size) {
 
 uint64_t os_random(void) {
   uint64_t r = 0;
-  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r) {
-    r = arch_cycles() ^ (uintptr_t)&r;
-  }
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r) r = arch_cycles() ^ (uintptr_t)&r;
   /* splitmix64 finaliser: spreads weak entropy over every bit */
   r += 0x9e3779b97f4a7c15ull;
   r = (r ^ (r >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -80,6 +97,18 @@ uint64_t os_random(void) {
 }
 
 long os_gettid(void) { return syscall(SYS_gettid); }
+int os_getpid(void) { return (int)getpid(); }
+void os_yield(void) { sched_yield(); }
+
+int os_thread_cpus(uint64_t *bits, size_t words) {
+  /* The raw call: it reports how many bytes of mask the kernel has, which the
+   * glibc wrapper hides, and it takes any size (more than CPU_SETSIZE CPUs). */
+  long n = syscall(SYS_sched_getaffinity, 0, words * sizeof(uint64_t), bits);
+  if (n < 0) return -1;
+  size_t w = ((size_t)n + 7) / 8;
+  for (size_t i = w; i < words; i++) bits[i] = 0;
+  return (int)w;
+}
 
 int os_read_file(const char *path, char *buf, size_t len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -96,11 +125,62 @@ int os_read_file(const char *path, char *buf, size_t len) {
   return (int)n;
 }
 
+int os_open_append(const char *path) {
+  return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
+}
+
+void os_close(int fd) { close(fd); }
+
+bool os_write_all(int fd, const char *buf, size_t len) {
+  while (len) {
+    ssize_t w = write(fd, buf, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    buf += w;
+    len -= (size_t)w;
+  }
+  return true;
+}
+
+/* ---- stderr that survives the program closing it ------------------------- */
+static int err_copy = -1;
+static dev_t err_dev;
+static ino_t err_ino;
+
+void os_stderr_keep(void) {
+  struct stat st;
+  if (err_copy >= 0 || fstat(2, &st) != 0) return;
+  /* A high number, away from the descriptors programs and shells number by
+   * hand (exec 3>file); below 100 only when the limit is that low. */
+  int fd = fcntl(2, F_DUPFD_CLOEXEC, 100);
+  if (fd < 0) fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
+  if (fd < 0) return;
+  err_dev = st.st_dev;
+  err_ino = st.st_ino;
+  err_copy = fd;
+}
+
+int os_stderr(void) {
+  int saved = errno;
+  int fd = -1;
+  if (fcntl(2, F_GETFD) >= 0) {
+    fd = 2;                              /* open: honour the program's redirections */
+  } else if (err_copy >= 0) {
+    struct stat st;                      /* the number may have been reused since */
+    if (fstat(err_copy, &st) == 0 && st.st_dev == err_dev && st.st_ino == err_ino) fd = err_copy;
+  }
+  errno = saved;
+  return fd;
+}
+
+bool os_secure(void) { return getauxval(AT_SECURE) != 0; }
+
 /* Before libc has set `environ` (the dynamic loader may call malloc that
  * early), read the environment from /proc; the copy lives in a static buffer. */
 const char *os_getenv(const char *name) {
   static char env_copy[32768];
   static size_t env_len;
+  if (os_secure()) return NULL;
   size_t nl = strlen(name);
   if (environ) {
     for (char **e = environ; *e; e++)

@@ -1,4 +1,4 @@
-/* Memory sources (SPEC §2, seed 000 §4.7): a cache between the heaps and
+/* Memory sources (Valat, PhD thesis, 2014, §4.7): a cache between the heaps and
  * mmap/munmap/mremap. Freed chunks and large segments are kept; a request
  * takes the cached segment of the closest size and fits it with mremap (grow:
  * the new tail is fresh virtual memory; shrink: split and keep the rest), so
@@ -11,7 +11,13 @@
 #define _GNU_SOURCE
 #include <string.h>
 
-#include "internal.h"
+#include "source/source.h"
+
+#include "numa/topology.h"
+#include "os/os.h"
+#include "registry/registry.h"
+#include "util/options.h"
+#include "util/stats.h"
 
 #define MAX_NODES 64
 static source_t generic_source = {.node = -1};
@@ -25,7 +31,7 @@ void sources_init(void) {
 }
 
 source_t *source_for_node(int node) {
-  if (node < 0 || node >= nsources || locus_opt.profile != PROFILE_NUMA) return &generic_source;
+  if (node < 0 || node >= nsources || atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) != PROFILE_NUMA) return &generic_source;
   return &node_sources[node];
 }
 
@@ -38,6 +44,8 @@ size_t source_cached_total(void) {
   FOR_EACH_SOURCE(s) n += s->cached;
   return n;
 }
+
+static void source_check_locked(const source_t *s);
 
 static void seg_remove(source_t *s, size_t i) {
   s->cached -= s->seg[i].size;
@@ -133,9 +141,9 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
 
 /* Caller holds the lock. Evicts the oldest segments until `need` more bytes fit;
  * returns them through out[] for unmapping outside the lock. */
-static size_t evict_for(source_t *s, size_t need, seg_t *out, size_t max_out) {
+static size_t evict_for(source_t *s, size_t need, size_t bound, seg_t *out, size_t max_out) {
   size_t n = 0;
-  while (s->nseg && n < max_out && (s->cached + need > locus_opt.cache_max || s->nseg == SOURCE_SLOTS)) {
+  while (s->nseg && n < max_out && (s->cached + need > bound || s->nseg == SOURCE_SLOTS)) {
     size_t old = 0;
     for (size_t i = 1; i < s->nseg; i++)
       if (s->seg[i].stamp < s->seg[old].stamp) old = i;
@@ -159,15 +167,15 @@ void source_free(region_t *r) {
   uint32_t map = r->map;
   stat_sub(&locus_stats.in_use, size);
   s->in_use -= size;
-  size_t bound = locus_opt.cache_max;
-  if (size > locus_opt.cache_max_segment || size > bound) {
+  size_t bound = atomic_load_explicit(&locus_opt.cache_bound, memory_order_relaxed);
+  if (size > atomic_load_explicit(&locus_opt.cache_max_segment, memory_order_relaxed) || size > bound) {
     os_unmap(p, size);
     return;
   }
-  if (locus_opt.lazy_release) os_free_lazily(p, size);
+  if (atomic_load_explicit(&locus_opt.lazy_release, memory_order_relaxed)) os_free_lazily(p, size);
   seg_t victims[8];
   lock_acquire(&s->lock);
-  size_t nv = evict_for(s, size, victims, 8);
+  size_t nv = evict_for(s, size, bound, victims, 8);
   if (s->cached + size > bound || s->nseg == SOURCE_SLOTS) {
     lock_release(&s->lock);
     unmap_all(victims, nv);
@@ -187,6 +195,7 @@ void source_free(region_t *r) {
   }
   s->seg[s->nseg++] = (seg_t){.base = lo, .size = (size_t)(hi - lo), .stamp = ++s->clock, .map = map};
   s->cached += (size_t)(hi - lo);      /* the merged neighbours were subtracted above */
+  LOCUS_DEBUG_ONLY(source_check_locked(s));
   lock_release(&s->lock);
   stat_add(&locus_stats.cached, size);
   stats_update_peak();
@@ -268,8 +277,8 @@ size_t source_release_all(void) {
   return n;
 }
 
-void sources_apply_profile(void) {
-  FOR_EACH_SOURCE(s) source_trim(s, locus_opt.cache_max);
+void sources_apply_bound(void) {
+  FOR_EACH_SOURCE(s) source_trim(s, atomic_load(&locus_opt.cache_bound));
 }
 
 void sources_fork_prepare(void) { FOR_EACH_SOURCE(s) lock_acquire(&s->lock); }
@@ -278,4 +287,34 @@ void sources_fork_child(void) { FOR_EACH_SOURCE(s) lock_release(&s->lock); }
 
 void sources_report(void (*line)(void *, const source_t *), void *ctx) {
   FOR_EACH_SOURCE(s) line(ctx, s);
+}
+
+/* Caller holds s->lock. The invariants of the file comment, one by one. */
+static void source_check_locked(const source_t *s) {
+  size_t sum = 0;
+  if (s->nseg > SOURCE_SLOTS) locus_fatal("source %d: %zu cached segments, above %d", s->node, (size_t)s->nseg, SOURCE_SLOTS);
+  for (size_t i = 0; i < s->nseg; i++) {
+    const seg_t *g = &s->seg[i];
+    uintptr_t a = (uintptr_t)g->base;
+    if ((a & (PAGE_SIZE - 1)) || g->size % PAGE_SIZE || g->size < SLICE_SIZE)
+      locus_fatal("source %d: cached segment %p of %zu bytes is misaligned or below a slice", s->node, g->base, g->size);
+    if (registry_lookup(g->base))
+      locus_fatal("source %d: cached segment %p is still recorded as a region", s->node, g->base);
+    for (size_t j = i + 1; j < s->nseg; j++) {
+      uintptr_t b = (uintptr_t)s->seg[j].base;
+      if (a < b + s->seg[j].size && b < a + g->size)
+        locus_fatal("source %d: cached segments %p and %p overlap", s->node, g->base, s->seg[j].base);
+    }
+    sum += g->size;
+  }
+  if (sum != s->cached)
+    locus_fatal("source %d: cached bytes %zu differ from the sum of its segments %zu", s->node, (size_t)s->cached, sum);
+}
+
+void sources_validate(void) {
+  FOR_EACH_SOURCE(s) {
+    lock_acquire(&s->lock);
+    source_check_locked(s);
+    lock_release(&s->lock);
+  }
 }

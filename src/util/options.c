@@ -1,30 +1,56 @@
-/* Settings from LOCUS_* environment variables. A malformed or out-of-range
- * value prints one warning naming the variable and the value, and the default
- * stays in force. */
+/* Settings: one table of every LOCUS_* variable (name, type, default, range,
+ * documentation); the environment, locus_option_get/set, the verbose listing,
+ * the JSON report and the README's table all come from it.
+ *
+ * A malformed or out-of-range value in the environment prints one warning
+ * naming the variable, the value and what is accepted, and the default stays
+ * in force. In secure-execution mode (setuid and the like) the environment is
+ * not read at all (os_getenv returns NULL): a less privileged user must not
+ * steer a privileged program's allocator or make it write files. */
+#include "util/options.h"
+
+#include <errno.h>
 #include <string.h>
 
-#include "internal.h"
+#include "arch/arch.h"
+#include "numa/topology.h"
+#include "os/os.h"
+#include "source/source.h"
+#include "types.h"
+#include "util/lock.h"
 
 options_t locus_opt = {
   .profile = PROFILE_UMA,
   .cache_max = 500 * MiB,
+  .cache_bound = 500 * MiB,
   .cache_max_segment = 256 * MiB,
   .large_threshold = 1 * MiB,
   .lazy_release = false,
   .color = true,
 };
 
-static const char *const profile_names[] = {"eco", "uma", "numa"};
+static const char *const profile_names[] = {"eco", "uma", "numa", NULL};
 
 const char *profile_name(profile_t p) { return profile_names[p]; }
 
-bool profile_parse(const char *s, profile_t *out) {
-  for (int i = 0; i < 3; i++)
-    if (!strcmp(s, profile_names[i])) { *out = (profile_t)i; return true; }
-  return false;
+/* The statistics file name; written under the lock, copied out under it. */
+static lock_t file_lock;
+static char stats_file[256];
+
+/* Bytes a source keeps under the profile: eco keeps nothing (memory goes back
+ * to the OS at once), unless it releases lazily (MADV_FREE), where it keeps
+ * the freed ranges up to LOCUS_CACHE_MAX: the kernel may take their pages at
+ * any time, and reusing them costs no fault while it has not. */
+static void update_bound(void) {
+  profile_t p = atomic_load(&locus_opt.profile);
+  size_t max = atomic_load(&locus_opt.cache_max);
+  size_t bound = p == PROFILE_ECO ? (atomic_load(&locus_opt.lazy_release) ? max : 0) : max;
+  atomic_store(&locus_opt.cache_bound, bound);
 }
 
-/* "512M", "2G", "64k", "1048576"; binary multiples. */
+/* ---- parsing --------------------------------------------------------------- */
+
+/* "512M", "2G", "64k", "1T", "1048576"; binary multiples; optional "iB"/"B". */
 static bool parse_size(const char *s, size_t *out) {
   if (!*s) return false;
   size_t v = 0;
@@ -57,56 +83,226 @@ static bool parse_bool(const char *s, bool *out) {
   return false;
 }
 
-static void opt_size(const char *name, size_t *dst, size_t lo, size_t hi) {
-  const char *s = os_getenv(name);
-  size_t v;
-  if (!s) return;
-  if (!parse_size(s, &v) || v < lo || v > hi)
-    locus_warn("%s=\"%s\" is not a size in [%zu, %zu] (suffixes k, M, G allowed); using the default %zu",
-               name, s, lo, hi, *dst);
-  else
-    *dst = v;
+/* Sizes print in the largest binary unit that divides them exactly. */
+static size_t format_size(char *buf, size_t len, size_t v) {
+  static const char units[] = "kMGT";
+  int u = -1;
+  while (u < 3 && v && v % 1024 == 0) {
+    v /= 1024;
+    u++;
+  }
+  return u < 0 ? fmt_buf(buf, len, "%zu", v) : fmt_buf(buf, len, "%zu%c", v, units[u]);
 }
 
-static void opt_bool(const char *name, bool *dst) {
-  const char *s = os_getenv(name);
-  if (s && !parse_bool(s, dst))
-    locus_warn("%s=\"%s\" is not a boolean (0/1, yes/no, on/off); using the default %s", name, s,
-               *dst ? "1" : "0");
+/* ---- the table ------------------------------------------------------------- */
+typedef enum { T_BOOL, T_SIZE, T_ENUM, T_STRING } opt_type_t;
+
+typedef struct {
+  option_info_t info;
+  opt_type_t type;
+  size_t lo, hi;                   /* T_SIZE */
+  const char *const *choices;      /* T_ENUM */
+  void *field;                     /* atomic_bool, atomic_size_t, size_t, _Atomic profile_t */
+  void (*changed)(void);           /* run after a run-time change */
+} option_t;
+
+static void profile_changed(void) {
+  update_bound();
+  sources_apply_bound();
 }
 
-/* Bytes each profile keeps when LOCUS_CACHE_MAX does not say otherwise. */
-static bool cache_max_explicit;
-static size_t cache_max_user;
+#define RT true
+#define START false
+static option_t table[] = {
+  {{"profile", "LOCUS_PROFILE", "enum", "uma", "eco, uma, numa",
+    "How much freed memory the sources keep: eco none (lowest footprint), uma up to "
+    "LOCUS_CACHE_MAX in one source, numa up to LOCUS_CACHE_MAX per NUMA node, reused on the same node.", RT},
+   T_ENUM, 0, 0, profile_names, &locus_opt.profile, profile_changed},
+  {{"cache_max", "LOCUS_CACHE_MAX", "size", "500M", "0 to 64T",
+    "Bound of the uma and numa caches (numa: per node). eco keeps nothing, unless LOCUS_LAZY_RELEASE=1.", RT},
+   T_SIZE, 0, (size_t)1 << 46, NULL, &locus_opt.cache_max, profile_changed},
+  {{"cache_max_segment", "LOCUS_CACHE_MAX_SEGMENT", "size", "256M", "4k to 64T",
+    "Largest freed segment worth caching; larger ones go back to the OS at once.", RT},
+   T_SIZE, 4096, (size_t)1 << 46, NULL, &locus_opt.cache_max_segment, NULL},
+  {{"large_threshold", "LOCUS_LARGE_THRESHOLD", "size", "1M", "16k to 32M",
+    "Blocks above this size are large segments, served by the memory sources.", START},
+   T_SIZE, 16 * KiB, 32 * MiB, NULL, &locus_opt.large_threshold, NULL},
+  {{"lazy_release", "LOCUS_LAZY_RELEASE", "bool", "0", "0/1, yes/no, on/off, true/false",
+    "eco: keep freed segments with MADV_FREE (the kernel reclaims them when it needs) instead of unmapping them.", RT},
+   T_BOOL, 0, 0, NULL, &locus_opt.lazy_release, profile_changed},
+  {{"color", "LOCUS_COLOR", "bool", "1", "0/1, yes/no, on/off, true/false",
+    "Start large blocks at a varying multiple of 64 bytes so that arrays do not collide in the caches.", RT},
+   T_BOOL, 0, 0, NULL, &locus_opt.color, NULL},
+  {{"stats", "LOCUS_STATS", "bool", "0", "0/1, yes/no, on/off, true/false",
+    "Print statistics at exit (to stderr, or LOCUS_STATS_FILE).", RT},
+   T_BOOL, 0, 0, NULL, &locus_opt.stats, NULL},
+  {{"stats_file", "LOCUS_STATS_FILE", "string", "", "a path (up to 255 bytes)",
+    "Append the statistics report to this file instead of stderr. Ignored in secure-execution mode.", RT},
+   T_STRING, 0, 0, NULL, NULL, NULL},
+  {{"verbose", "LOCUS_VERBOSE", "bool", "0", "0/1, yes/no, on/off, true/false",
+    "Print a banner (version, profile, nodes, kernel features) and the effective settings at start.", RT},
+   T_BOOL, 0, 0, NULL, &locus_opt.verbose, NULL},
+};
+#define NOPTIONS (sizeof table / sizeof table[0])
 
-size_t options_profile_cache_max(profile_t p) {
-  if (cache_max_explicit) return cache_max_user;
-  return p == PROFILE_ECO ? (locus_opt.lazy_release ? 500 * MiB : 0) : 500 * MiB;
+const option_info_t *options_info(size_t i) { return i < NOPTIONS ? &table[i].info : NULL; }
+
+static option_t *find(const char *name) {
+  if (!name) return NULL;
+  for (size_t i = 0; i < NOPTIONS; i++)
+    if (!strcmp(name, table[i].info.name) || !strcmp(name, table[i].info.env)) return &table[i];
+  return NULL;
 }
+
+/* Parses and stores; false when the value is not acceptable (nothing changes). */
+static bool store(option_t *o, const char *v) {
+  switch (o->type) {
+  case T_BOOL: {
+    bool b;
+    if (!parse_bool(v, &b)) return false;
+    atomic_store((atomic_bool *)o->field, b);
+    return true;
+  }
+  case T_SIZE: {
+    size_t n;
+    if (!parse_size(v, &n) || n < o->lo || n > o->hi) return false;
+    if (o->info.runtime) atomic_store((atomic_size_t *)o->field, n);
+    else *(size_t *)o->field = n;
+    return true;
+  }
+  case T_ENUM:
+    for (int i = 0; o->choices[i]; i++)
+      if (!strcmp(v, o->choices[i])) {
+        atomic_store((_Atomic profile_t *)o->field, (profile_t)i);
+        return true;
+      }
+    return false;
+  case T_STRING:
+    if (strlen(v) >= sizeof stats_file) return false;
+    lock_acquire(&file_lock);
+    strcpy(stats_file, v);
+    lock_release(&file_lock);
+    return true;
+  }
+  return false;
+}
+
+static size_t value_text(const option_t *o, char *buf, size_t len) {
+  switch (o->type) {
+  case T_BOOL: return fmt_buf(buf, len, "%d", atomic_load((atomic_bool *)o->field) ? 1 : 0);
+  case T_SIZE:
+    return format_size(buf, len, o->info.runtime ? atomic_load((atomic_size_t *)o->field) : *(size_t *)o->field);
+  case T_ENUM: return fmt_buf(buf, len, "%s", o->choices[atomic_load((_Atomic profile_t *)o->field)]);
+  case T_STRING: {
+    char tmp[sizeof stats_file];
+    options_stats_file(tmp, sizeof tmp);
+    return fmt_buf(buf, len, "%s", tmp);
+  }
+  }
+  return 0;
+}
+
+void options_stats_file(char *buf, size_t len) {
+  lock_acquire(&file_lock);
+  fmt_buf(buf, len, "%s", stats_file);
+  lock_release(&file_lock);
+}
+
+static bool from_env[NOPTIONS];
 
 void options_init(void) {
-  const char *s = os_getenv("LOCUS_PROFILE");
-  profile_t p;
-  if (s && !profile_parse(s, &p))
-    locus_warn("LOCUS_PROFILE=\"%s\" is not one of eco, uma, numa; using the default uma", s);
-  else if (s)
-    locus_opt.profile = p;
-  opt_bool("LOCUS_LAZY_RELEASE", &locus_opt.lazy_release);
-  opt_bool("LOCUS_COLOR", &locus_opt.color);
-  opt_bool("LOCUS_STATS", &locus_opt.stats);
-  opt_bool("LOCUS_VERBOSE", &locus_opt.verbose);
-  size_t cm = SIZE_MAX;
-  opt_size("LOCUS_CACHE_MAX", &cm, 0, (size_t)1 << 46);
-  if (cm != SIZE_MAX) { cache_max_explicit = true; cache_max_user = cm; }
-  locus_opt.cache_max = options_profile_cache_max(locus_opt.profile);
-  opt_size("LOCUS_CACHE_MAX_SEGMENT", &locus_opt.cache_max_segment, PAGE_SIZE, (size_t)1 << 46);
-  opt_size("LOCUS_LARGE_THRESHOLD", &locus_opt.large_threshold, 2 * SMALL_MAX, 32 * MiB);
-  s = os_getenv("LOCUS_STATS_FILE");
-  if (s) {
-    if (strlen(s) >= sizeof locus_opt.stats_file)
-      locus_warn("LOCUS_STATS_FILE is longer than %zu bytes; writing statistics to stderr",
-                 sizeof locus_opt.stats_file - 1);
+  for (size_t i = 0; i < NOPTIONS; i++) {
+    option_t *o = &table[i];
+    const char *s = os_getenv(o->info.env);
+    if (!s) continue;
+    if (store(o, s)) {
+      from_env[i] = true;
+      continue;
+    }
+    if (o->type == T_SIZE)
+      locus_warn("%s=\"%s\" is not a size in [%s] (a number with an optional k, M, G or T suffix); "
+                 "using the default %s", o->info.env, s, o->info.range, o->info.def);
+    else if (o->type == T_STRING)
+      locus_warn("%s is longer than %zu bytes; using the default (stderr)", o->info.env, sizeof stats_file - 1);
     else
-      strcpy(locus_opt.stats_file, s);
+      locus_warn("%s=\"%s\" is not one of %s; using the default %s", o->info.env, s, o->info.range,
+                 o->info.def);
   }
+  update_bound();
+}
+
+/* ---- reports --------------------------------------------------------------- */
+
+#ifdef LOCUS_DEBUG
+#define BUILD_KIND "debug"
+#else
+#define BUILD_KIND "release"
+#endif
+#ifdef LOCUS_TLS_DYNAMIC
+#define BUILD_TLS "global-dynamic"
+#else
+#define BUILD_TLS "initial-exec"
+#endif
+
+void options_print(void) {
+  const os_features_t *f = &os_features;
+  locus_note("locus %s active in pid %d (%s, %s build, %s TLS): profile %s, %d NUMA node%s, THP %s, "
+             "page %zu KiB, kernel %s", locus_version(), os_getpid(), ARCH_NAME, BUILD_KIND, BUILD_TLS,
+             profile_name(atomic_load(&locus_opt.profile)), topology_nodes(),
+             topology_nodes() == 1 ? "" : "s", os_thp_name(f->thp), f->page_size / 1024, f->kernel);
+  locus_note("kernel features: MADV_FREE %s, MADV_POPULATE_WRITE %s, page reuse %s, NUMA balancing %d",
+             f->madv_free ? "yes" : "no", f->madv_populate_write ? "yes" : "no",
+             f->page_reuse ? "yes" : "no", f->numa_balancing);
+  for (size_t i = 0; i < NOPTIONS; i++) {
+    char v[300];
+    value_text(&table[i], v, sizeof v);
+    locus_note("  %s=%s%s", table[i].info.env, v, from_env[i] ? "" : " (default)");
+  }
+}
+
+size_t options_json(char *buf, size_t len) {
+  size_t n = 0;
+  for (size_t i = 0; i < NOPTIONS; i++) {
+    char v[300];
+    value_text(&table[i], v, sizeof v);
+    size_t room = n < len ? len - n : 0;
+    bool quote = table[i].type != T_BOOL;
+    n += fmt_buf(room ? buf + n : NULL, room, "%s\"%s\":%s%s%s", i ? "," : "", table[i].info.name,
+                 quote ? "\"" : "", v, quote ? "\"" : "");
+  }
+  return n;
+}
+
+/* ---- API --------------------------------------------------------------------- */
+
+LOCUS_EXPORT int locus_option_get(const char *name, char *buf, size_t len) {
+  locus_init();
+  option_t *o = find(name);
+  if (!o) {
+    errno = EINVAL;
+    return -1;
+  }
+  char tmp[300];
+  size_t n = value_text(o, tmp, sizeof tmp);
+  if (buf && len) fmt_buf(buf, len, "%s", tmp);
+  return (int)n;
+}
+
+LOCUS_EXPORT int locus_option_set(const char *name, const char *value) {
+  locus_init();
+  option_t *o = find(name);
+  if (!o || !value) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (!o->info.runtime) {
+    errno = EBUSY;
+    return -1;
+  }
+  if (!store(o, value)) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (o->changed) o->changed();
+  return 0;
 }

@@ -1,12 +1,16 @@
 /* Process-wide statistics: counters kept with relaxed atomics off the fast
  * paths (sources and the OS layer), a readable report and a JSON form. */
-#define _GNU_SOURCE
-#include <fcntl.h>
 #include <stdarg.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "internal.h"
+#include "util/stats.h"
+
+#include "heap/heap.h"
+#include "numa/topology.h"
+#include "os/os.h"
+#include "source/source.h"
+#include "util/lock.h"
+#include "util/options.h"
 
 stats_t locus_stats;
 
@@ -67,8 +71,19 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
   locus_stats_t st;
   locus_stats_get(&st);
   text_t t = {buf, len, 0};
-  text(&t, "{\"version\":\"%s\",\"profile\":\"%s\",\"cache_max\":%zu,\"large_threshold\":%zu,",
-       locus_version(), profile_name(locus_opt.profile), locus_opt.cache_max, locus_opt.large_threshold);
+  const os_features_t *f = &os_features;
+  text(&t, "{\"version\":\"%s\",\"arch\":\"%s\",\"profile\":\"%s\",\"cache_max\":%zu,"
+       "\"cache_bound\":%zu,\"large_threshold\":%zu,", locus_version(), ARCH_NAME,
+       profile_name(atomic_load(&locus_opt.profile)), atomic_load(&locus_opt.cache_max),
+       atomic_load(&locus_opt.cache_bound), locus_opt.large_threshold);
+  text(&t, "\"options\":{");
+  size_t room = t.n < t.len ? t.len - t.n : 0;
+  t.n += options_json(room ? t.buf + t.n : NULL, room);
+  text(&t, "},\"features\":{\"kernel\":\"%s\",\"page_size\":%zu,\"huge_page_size\":%zu,\"thp\":\"%s\","
+       "\"numa_nodes\":%d,\"numa_balancing\":%d,\"madv_free\":%s,\"madv_populate_write\":%s,"
+       "\"page_reuse\":%s,\"secure\":%s},", f->kernel, f->page_size, f->huge_page_size, os_thp_name(f->thp),
+       topology_nodes(), f->numa_balancing, f->madv_free ? "true" : "false",
+       f->madv_populate_write ? "true" : "false", f->page_reuse ? "true" : "false", f->secure ? "true" : "false");
   text(&t, "\"bytes_in_use\":%zu,\"bytes_cached\":%zu,\"peak_footprint\":%zu,", st.bytes_in_use,
        st.bytes_cached, st.peak_footprint);
   text(&t, "\"mmap_calls\":%zu,\"munmap_calls\":%zu,\"mremap_calls\":%zu,\"madvise_calls\":%zu,",
@@ -109,12 +124,19 @@ static void report_heap(void *ctx, const heap_t *h) {
 }
 
 LOCUS_EXPORT void locus_stats_print(void) {
-  static char buf[8192];   /* static: may run at exit, when stacks are small */
+  static char buf[8192];   /* static: may run at exit, when stacks are small; under print_lock */
+  static lock_t print_lock;
   locus_stats_t st;
   locus_stats_get(&st);
+  lock_acquire(&print_lock);
   text_t t = {buf, sizeof buf, 0};
-  text(&t, "locus %s statistics (pid %d, profile %s)\n", locus_version(), (int)getpid(),
-       profile_name(locus_opt.profile));
+  const os_features_t *f = &os_features;
+  text(&t, "locus %s statistics (pid %d, profile %s)\n", locus_version(), os_getpid(),
+       profile_name(atomic_load(&locus_opt.profile)));
+  text(&t, "  kernel            : %s %s, %d NUMA node%s, THP %s, page %zu KiB, MADV_FREE %s, "
+       "MADV_POPULATE_WRITE %s, page reuse %s\n", f->kernel, ARCH_NAME, topology_nodes(),
+       topology_nodes() == 1 ? "" : "s", os_thp_name(f->thp), f->page_size / 1024, f->madv_free ? "yes" : "no",
+       f->madv_populate_write ? "yes" : "no", f->page_reuse ? "yes" : "no");
   mib(&t, "bytes in use      : ", st.bytes_in_use);
   mib(&t, "bytes cached      : ", st.bytes_cached);
   mib(&t, "peak footprint    : ", st.peak_footprint);
@@ -126,23 +148,23 @@ LOCUS_EXPORT void locus_stats_print(void) {
   sources_report(report_source, &t);
   heap_ctx_t hc = {&t, 0};
   heaps_report(report_heap, &hc);
-  int fd = 2;
-  if (locus_opt.stats_file[0]) {
-    fd = open(locus_opt.stats_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      locus_warn("cannot open LOCUS_STATS_FILE \"%s\"; writing statistics to stderr", locus_opt.stats_file);
-      fd = 2;
-    }
+  char path[256];
+  options_stats_file(path, sizeof path);
+  int fd = -1;
+  if (path[0]) {
+    fd = os_open_append(path);
+    if (fd < 0) locus_warn("cannot open LOCUS_STATS_FILE \"%s\"; writing statistics to stderr", path);
   }
   size_t n = t.n < sizeof buf ? t.n : sizeof buf - 1;
-  for (size_t off = 0; off < n;) {
-    ssize_t w = write(fd, buf + off, n - off);
-    if (w <= 0) break;
-    off += (size_t)w;
+  if (fd >= 0) {
+    os_write_all(fd, buf, n);
+    os_close(fd);
+  } else if ((fd = os_stderr()) >= 0) {
+    os_write_all(fd, buf, n);
   }
-  if (fd != 2) close(fd);
+  lock_release(&print_lock);
 }
 
 void stats_at_exit(void) {
-  if (locus_opt.stats) locus_stats_print();
+  if (atomic_load(&locus_opt.stats)) locus_stats_print();
 }

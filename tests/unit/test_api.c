@@ -148,7 +148,9 @@ static void test_aligned(void) {
 }
 
 static void test_locus_api(void) {
-  CHECK(strcmp(locus_version(), "0.1.0") == 0, "version");
+  char ver[32];
+  snprintf(ver, sizeof ver, "%d.%d.%d", LOCUS_VERSION_MAJOR, LOCUS_VERSION_MINOR, LOCUS_VERSION_PATCH);
+  CHECK(strcmp(locus_version(), ver) == 0, "version %s, header says %s", locus_version(), ver);
   CHECK(locus_set_profile("bogus") == -1 && errno == EINVAL, "unknown profile");
   CHECK(locus_set_profile("uma") == 0 && strcmp(locus_get_profile(), "uma") == 0, "uma");
   void *big = malloc(64 << 20);

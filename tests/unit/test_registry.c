@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 
 #include "check.h"
-#include "internal.h"
+#include "registry/registry.h"
 
 static region_t *make(char *at, size_t size, uint8_t kind) {
   region_t *r = (region_t *)at;

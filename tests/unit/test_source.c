@@ -177,7 +177,9 @@ static void test_environment(void) {
   run_child("LOCUS_PROFILE=eco LOCUS_LARGE_THRESHOLD=2M", "--print-config", out, sizeof out);
   CHECK(!strstr(out, "warning") && strstr(out, "profile=eco"), "eco: %s", out);
   run_child("LOCUS_STATS=1", "--noop", out, sizeof out);
-  CHECK(strstr(out, "locus 0.1.0 statistics") && strstr(out, "source generic"), "LOCUS_STATS report: %s", out);
+  char title[64];
+  snprintf(title, sizeof title, "locus %s statistics", locus_version());
+  CHECK(strstr(out, title) && strstr(out, "source generic"), "LOCUS_STATS report: %s", out);
   run_child("LOCUS_LAZY_RELEASE=maybe", "--noop", out, sizeof out);
   CHECK(strstr(out, "LOCUS_LAZY_RELEASE"), "bad boolean warned: %s", out);
 }

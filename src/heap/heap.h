@@ -1,0 +1,192 @@
+/* Thread heaps: size-class runs for small blocks, boundary-tagged medium
+ * blocks, large blocks from the sources (Valat, PhD thesis, 2014, §4.6). */
+#ifndef LOCUS_HEAP_H
+#define LOCUS_HEAP_H
+
+#include "registry/registry.h"
+#include "source/source.h"
+#include "types.h"
+
+#define RUN_SHIFT 16
+#define RUN_SIZE ((size_t)1 << RUN_SHIFT)
+#define RUNS_PER_CHUNK (CHUNK_SIZE / RUN_SIZE)   /* run 0 holds the chunk header */
+
+/* Small size classes: 16..128 by 16, then 4 classes per doubling up to 8 KiB. */
+#define SMALL_MAX (8 * KiB)
+#define NUM_CLASSES 32
+
+typedef struct run_s {
+  void *free;                  /* owner's free list, linked through word 0 */
+  uint16_t used;               /* blocks handed out (remote-freed ones included until drained) */
+  uint16_t capacity;           /* blocks that fit in the run */
+  uint16_t carved;             /* blocks carved so far from the run's start */
+  uint8_t cls;
+  uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL */
+  uint32_t bsize;
+  uint32_t recip;              /* ceil(2^32/bsize): offset -> index without a divide */
+  struct run_s *next, *prev;   /* the heap's list of non-full runs of this class */
+} __attribute__((aligned(64))) run_t;   /* one cache line each, indexed by a shift */
+
+enum { RUN_FREE = 0, RUN_ACTIVE = 1, RUN_FULL = 2 };
+
+typedef struct chunk_s {
+  region_t r;
+  struct chunk_s *next, *prev; /* heap's chunk list of this kind */
+  uint64_t free_runs;          /* small: bit i set = run slot i unused */
+  size_t hiwater;              /* medium: highest offset ever handed out */
+  run_t runs[RUNS_PER_CHUNK];  /* small: run descriptors */
+} chunk_t;
+
+/* Medium blocks: a 16-byte boundary tag before the payload. */
+typedef struct mblock_s {
+  size_t prev_size;            /* size of the block before (0: first block) */
+  size_t head;                 /* size | MB_INUSE */
+  struct mblock_s *next, *prev;/* free list links, valid when free */
+} mblock_t;
+#define MB_INUSE ((size_t)1)
+#define MB_HDR 16u
+#define MB_MIN 64u             /* smallest free block worth keeping on a list */
+#define MEDIUM_BINS 96
+
+typedef struct { mblock_t *head, *tail; } mbin_t;
+
+typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
+
+typedef struct heap_s {
+  run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel) */
+  uintptr_t hot;               /* small chunk that got the latest run, or HOT_NONE:
+                                  frees into it skip the registry */
+  run_t *partial[NUM_CLASSES]; /* other non-full runs of the class */
+  _Atomic(void *) remote;      /* MPSC stack of blocks freed by other threads */
+  chunk_t *small_chunks;       /* chunks with free run slots first */
+  chunk_t *medium_chunks;
+  chunk_t *spare;              /* one empty chunk kept to avoid thrashing */
+  source_t *source;
+  uint64_t mbits[2];           /* non-empty medium bins */
+  mbin_t mbins[MEDIUM_BINS];
+  struct heap_s *next_all;     /* all heaps ever made */
+  struct heap_s *next_orphan;
+  long tid;
+  int node;
+  int state;                   /* heap_state_t */
+  unsigned debug_ticks;        /* LOCUS_DEBUG: slow-path operations since the last validation */
+  /* statistics, relaxed atomics: the owner writes, reports read */
+  atomic_size_t st_chunk_bytes;    /* bytes of chunks held */
+  atomic_size_t st_large_bytes;    /* live large blocks allocated by this heap's threads */
+  atomic_size_t st_large_allocs;
+  atomic_size_t st_remote_frees;   /* blocks freed by other threads, drained */
+} heap_t;
+
+static inline void heap_stat_add(atomic_size_t *c, size_t n) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
+}
+void heaps_report(void (*line)(void *, const heap_t *), void *ctx);
+
+#define HOT_NONE ((uintptr_t)1 << 63)   /* p - HOT_NONE >= CHUNK_SIZE for every user address */
+
+/* The TLS model is a build option: initial-exec (one load, for LD_PRELOAD and
+ * linking) or the dynamic model that dlopen always accepts. */
+#ifdef LOCUS_TLS_DYNAMIC
+#define LOCUS_TLS __thread __attribute__((tls_model("global-dynamic")))
+#else
+#define LOCUS_TLS __thread __attribute__((tls_model("initial-exec")))
+#endif
+extern LOCUS_TLS heap_t *locus_tls_heap;
+extern uint64_t locus_free_key;        /* tags freed blocks, see block_tag() */
+extern run_t locus_empty_run;          /* cur[] sentinel: never has free blocks */
+/* Returned by heap_get when no heap could be made (the OS refused memory).
+ * Its runs are all the sentinel, so small allocations reach the slow path,
+ * which fails with ENOMEM; it owns nothing and is never any thread's heap. */
+extern heap_t locus_oom_heap;
+
+heap_t *heap_get_slow(void);
+static ALWAYS_INLINE heap_t *heap_get(void) {
+  heap_t *h = locus_tls_heap;
+  if (likely(h)) return h;
+  return heap_get_slow();
+}
+void heap_drain_remote(heap_t *h);
+void heap_collect(heap_t *h);
+chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind);
+void heap_chunk_release(heap_t *h, chunk_t *c);
+void heaps_counts(size_t *live, size_t *orphaned);
+/* Checks every invariant of h (runs, free lists, medium blocks and bins,
+ * registry entries of its chunks); aborts naming the first violation. Only
+ * the owner thread may call it. */
+void heap_validate(heap_t *h);
+/* The debug build validates the heap every so many slow-path operations. */
+#ifdef LOCUS_DEBUG
+void heap_debug_tick(heap_t *h);
+#else
+static inline void heap_debug_tick(heap_t *h) { (void)h; }
+#endif
+extern atomic_int locus_init_state;
+
+/* A freed small or medium block carries a tag in its second word so that a
+ * second free is caught; malloc clears the word. The tag mixes the address
+ * with a secret so live data cannot equal it by accident. */
+static ALWAYS_INLINE uintptr_t block_tag(const void *p) { return (uintptr_t)p ^ locus_free_key; }
+
+/* ---- small.c ----------------------------------------------------------- */
+extern uint8_t locus_class_of16[SMALL_MAX / 16 + 1];
+extern uint32_t locus_class_size[NUM_CLASSES];
+void small_init(void);
+static ALWAYS_INLINE unsigned size_class(size_t size) {
+  return locus_class_of16[(size + 15) >> 4];
+}
+void *small_alloc_slow(heap_t *h, unsigned cls);
+void small_free_update(heap_t *h, chunk_t *c, run_t *run);
+static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p) {
+  LOCUS_ASSERT(run->used > 0 && run->used <= run->carved && run->carved <= run->capacity);
+  void **b = p;
+  b[0] = run->free;
+  b[1] = (void *)block_tag(b);
+  run->free = b;
+  if (unlikely(--run->used == 0 || run->state == RUN_FULL)) small_free_update(h, c, run);
+}
+static ALWAYS_INLINE run_t *chunk_run_of(chunk_t *c, const void *p, size_t *off) {
+  size_t o = (uintptr_t)p - (uintptr_t)c;
+  run_t *run = &c->runs[o >> RUN_SHIFT];
+  *off = o & (RUN_SIZE - 1);
+  return run;
+}
+static ALWAYS_INLINE char *run_start(chunk_t *c, run_t *run) {
+  return (char *)c + ((size_t)(run - c->runs) << RUN_SHIFT);
+}
+/* Index of the block starting at offset `off` of the run, or a value >=
+ * capacity when off is not a block start. Reads only fields fixed when the
+ * run was set up, so any thread may call it. */
+static ALWAYS_INLINE size_t run_index(const run_t *run, size_t off) {
+  size_t idx = (off * run->recip) >> 32;
+  return idx * run->bsize == off ? idx : SIZE_MAX;
+}
+
+/* ---- medium.c ---------------------------------------------------------- */
+#define MEDIUM_FIRST_OFF align_up(sizeof(chunk_t), 64)
+static inline size_t mb_size(const mblock_t *b) { return b->head & ~(size_t)15; }
+static inline bool mb_inuse(const mblock_t *b) { return b->head & MB_INUSE; }
+static inline mblock_t *mb_next(mblock_t *b) { return (mblock_t *)((char *)b + mb_size(b)); }
+static inline mblock_t *mb_of(const void *p) { return (mblock_t *)((char *)p - MB_HDR); }
+unsigned medium_bin_of(size_t size);
+void *medium_alloc(heap_t *h, size_t size, size_t align, bool zero);
+void medium_free_local(heap_t *h, chunk_t *c, void *p);
+mblock_t *medium_check(chunk_t *c, const void *p, const char *fn, bool local);
+size_t medium_usable(const void *p);
+bool medium_resize_in_place(heap_t *h, chunk_t *c, void *p, size_t size);
+void medium_chunk_init(heap_t *h, chunk_t *c);
+
+/* ---- large.c ----------------------------------------------------------- */
+typedef struct large_s {
+  region_t r;
+  size_t user_off;             /* payload offset from the region start */
+  size_t user_size;            /* requested bytes */
+  size_t magic;                /* LARGE_LIVE */
+} large_t;
+#define LARGE_LIVE ((size_t)0x4c4f4355534c4756ull)
+void *large_alloc(size_t size, size_t align, bool zero);
+void large_free(large_t *l);
+void *large_realloc(large_t *l, void *p, size_t size);
+large_t *large_check(region_t *r, const void *p, const char *fn);
+static inline size_t large_usable(const large_t *l) { return l->r.size - l->user_off; }
+
+#endif /* LOCUS_HEAP_H */

@@ -1,0 +1,124 @@
+/* The heap validator: walks one heap and checks every invariant that
+ * docs/design.md states, so that a corruption is reported where it can still
+ * be understood rather than as a crash far away. Only the owner thread calls
+ * it (its lists change under nobody else); blocks freed remotely and still
+ * queued count as used. */
+#include "heap/heap.h"
+
+#define FAIL(...) locus_fatal("heap check: " __VA_ARGS__)
+
+static void check_region(heap_t *h, chunk_t *c, region_kind_t kind) {
+  if (registry_lookup(c) != &c->r || (registry_find(c) & REG_KIND_MASK) != (uintptr_t)kind)
+    FAIL("chunk %p is not recorded in the registry as a %s chunk", c, kind == REGION_SMALL ? "small" : "medium");
+  if (c->r.heap != h) FAIL("chunk %p on heap %p's list belongs to heap %p", c, h, c->r.heap);
+  if (c->r.kind != kind) FAIL("chunk %p has kind %u on a list of kind %u", c, c->r.kind, (unsigned)kind);
+}
+
+/* used + (blocks on the free list) == carved, every free block inside the
+ * run, on a block boundary, tagged as freed; no cycle. */
+static void check_run(chunk_t *c, run_t *run) {
+  size_t idx = (size_t)(run - c->runs);
+  if (run->carved > run->capacity || run->used > run->carved)
+    FAIL("run %zu of chunk %p: used %u, carved %u, capacity %u", idx, c, run->used, run->carved, run->capacity);
+  if (run->capacity != RUN_SIZE / run->bsize || run->bsize != locus_class_size[run->cls])
+    FAIL("run %zu of chunk %p: block size %u does not match class %u", idx, c, run->bsize, run->cls);
+  char *start = run_start(c, run);
+  size_t n = 0;
+  for (void **b = run->free; b; b = *b) {
+    size_t off = (size_t)((char *)b - start);
+    if ((char *)b < start || off >= (size_t)run->carved * run->bsize || off % run->bsize)
+      FAIL("run %zu of chunk %p: free-list entry %p is not a carved block of the run", idx, c, (void *)b);
+    if ((uintptr_t)b[1] != block_tag(b))
+      FAIL("run %zu of chunk %p: free block %p lost its freed tag (written after free?)", idx, c, (void *)b);
+    if (++n > run->carved) FAIL("run %zu of chunk %p: free list longer than the carved blocks (cycle?)", idx, c);
+  }
+  if (n + run->used != run->carved)
+    FAIL("run %zu of chunk %p: %zu free + %u used != %u carved", idx, c, n, run->used, run->carved);
+}
+
+static void check_small(heap_t *h) {
+  for (chunk_t *c = h->small_chunks; c; c = c->next) {
+    check_region(h, c, REGION_SMALL);
+    if (c->free_runs & 1) FAIL("chunk %p: run slot 0 (the header) is marked free", c);
+    for (unsigned i = 1; i < RUNS_PER_CHUNK; i++) {
+      run_t *run = &c->runs[i];
+      bool slot_free = c->free_runs >> i & 1;
+      if (slot_free != (run->state == RUN_FREE))
+        FAIL("chunk %p: run %u has state %u but its slot is %s", c, i, run->state, slot_free ? "free" : "used");
+      if (run->state != RUN_FREE) check_run(c, run);
+    }
+  }
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    run_t *cur = h->cur[cls];
+    if (cur != &locus_empty_run && (cur->state != RUN_ACTIVE || cur->cls != cls))
+      FAIL("current run %p of class %u has state %u, class %u", (void *)cur, cls, cur->state, cur->cls);
+    size_t n = 0;
+    for (run_t *r = h->partial[cls], *prev = NULL; r; prev = r, r = r->next) {
+      if (r->state != RUN_ACTIVE || r->cls != cls || r->prev != prev || r == cur)
+        FAIL("partial run %p of class %u: state %u, class %u, or broken links", (void *)r, cls, r->state, r->cls);
+      if (++n > 1u << 20) FAIL("partial list of class %u does not end (cycle?)", cls);
+    }
+  }
+}
+
+/* Blocks tile the chunk from the first offset to the end tag; sizes and
+ * prev_size agree; no two free blocks touch (they merge at once); every free
+ * block is on the bin of its size. Returns the number of free blocks. */
+static size_t check_medium_chunk(heap_t *h, chunk_t *c) {
+  check_region(h, c, REGION_MEDIUM);
+  char *lo = (char *)c + MEDIUM_FIRST_OFF, *end = (char *)c + c->r.size - MB_HDR;
+  size_t prev = 0, nfree = 0;
+  bool prev_free = false;
+  mblock_t *b = (mblock_t *)lo;
+  while ((char *)b < end) {
+    size_t sz = mb_size(b);
+    if (sz < MB_MIN || sz % 16 || (char *)b + sz > end)
+      FAIL("medium block %p of chunk %p has a bad size %zu", (void *)b, c, sz);
+    if (b->prev_size != prev) FAIL("medium block %p: prev_size %zu, previous block %zu", (void *)b, b->prev_size, prev);
+    bool free_ = !mb_inuse(b);
+    if (free_ && prev_free) FAIL("medium blocks before %p are both free: not merged", (void *)b);
+    if (free_) {
+      unsigned i = medium_bin_of(sz);
+      mblock_t *x = h->mbins[i].head;
+      while (x && x != b) x = x->next;
+      if (!x) FAIL("free medium block %p (%zu bytes) is not on bin %u", (void *)b, sz, i);
+      nfree++;
+    }
+    prev = sz;
+    prev_free = free_;
+    b = mb_next(b);
+  }
+  if ((char *)b != end || !mb_inuse(b) || mb_size(b) != 0 || b->prev_size != prev)
+    FAIL("medium chunk %p: blocks do not end on the end tag", c);
+  return nfree;
+}
+
+static void check_medium(heap_t *h) {
+  size_t free_blocks = 0, listed = 0;
+  for (chunk_t *c = h->medium_chunks; c; c = c->next) free_blocks += check_medium_chunk(h, c);
+  for (unsigned i = 0; i < MEDIUM_BINS; i++) {
+    bool bit = h->mbits[i / 64] >> (i % 64) & 1;
+    if (bit != (h->mbins[i].head != NULL)) FAIL("medium bin %u: bitmap says %s", i, bit ? "non-empty" : "empty");
+    mblock_t *prev = NULL;
+    for (mblock_t *b = h->mbins[i].head; b; prev = b, b = b->next) {
+      if (b->prev != prev || mb_inuse(b) || medium_bin_of(mb_size(b)) != i)
+        FAIL("medium bin %u: block %p is in use, of another bin, or badly linked", i, (void *)b);
+      if (++listed > free_blocks) FAIL("medium bins hold more blocks than the chunks have free (cycle?)");
+    }
+    if (h->mbins[i].tail != prev) FAIL("medium bin %u: tail is not the last block", i);
+  }
+  if (listed != free_blocks) FAIL("%zu free medium blocks, %zu on the bins", free_blocks, listed);
+}
+
+void heap_validate(heap_t *h) {
+  if (h == &locus_oom_heap) return;
+  check_small(h);
+  check_medium(h);
+  if (h->spare && registry_lookup(h->spare) != &h->spare->r) FAIL("spare chunk %p is not recorded", h->spare);
+}
+
+#ifdef LOCUS_DEBUG
+void heap_debug_tick(heap_t *h) {
+  if (h != &locus_oom_heap && ++h->debug_ticks % 256 == 0) heap_validate(h);
+}
+#endif

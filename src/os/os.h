@@ -1,0 +1,76 @@
+/* The OS layer: every system call locus makes goes through here (a test greps
+ * the rest of src/ for system calls), so the statistics count them, the
+ * kernel-feature record knows what may be used, and a port touches one file. */
+#ifndef LOCUS_OS_H
+#define LOCUS_OS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- memory ------------------------------------------------------------- */
+void *os_map(size_t size);                 /* fresh zeroed pages or NULL */
+bool os_unmap(void *p, size_t size);
+void *os_remap(void *p, size_t old_size, size_t new_size, bool may_move);
+bool os_free_lazily(void *p, size_t size);  /* MADV_FREE, or MADV_DONTNEED without it */
+/* Clears [p, p+size) (page-aligned bounds), touching only resident pages. */
+void os_zero_resident(void *p, size_t size);
+
+/* ---- processes, threads, files ------------------------------------------ */
+uint64_t os_random(void);
+long os_gettid(void);
+int os_getpid(void);
+void os_yield(void);
+/* The CPUs the calling thread may run on, as a bitmap of `words` 64-bit words;
+ * returns the number of words the kernel filled, or -1. */
+int os_thread_cpus(uint64_t *bits, size_t words);
+/* Reads an environment variable without allocating (works before libc init).
+ * In secure-execution mode (setuid, setgid, capabilities) it returns NULL for
+ * every variable: see os_secure(). */
+const char *os_getenv(const char *name);
+int os_read_file(const char *path, char *buf, size_t len);
+/* A file opened for appending (created 0644), or -1. */
+int os_open_append(const char *path);
+void os_close(int fd);
+/* Writes all of buf (retrying short writes and EINTR); false on error. */
+bool os_write_all(int fd, const char *buf, size_t len);
+/* The descriptor for locus's messages and reports: stderr, or, when the
+ * program has closed stderr (ls, cat and sort do at exit), the private copy
+ * made at start-up, if it still names the same file. -1 if neither. */
+int os_stderr(void);
+/* Duplicates stderr once (close-on-exec), for os_stderr(). */
+void os_stderr_keep(void);
+/* True in secure-execution mode (AT_SECURE): the process gained privileges
+ * through exec, and its environment comes from a less privileged user. */
+bool os_secure(void);
+
+/* ---- kernel features, probed once at start ------------------------------- */
+typedef enum { THP_UNSUPPORTED = 0, THP_NEVER, THP_MADVISE, THP_ALWAYS } thp_mode_t;
+
+/* The madvise advice of locus's kernel page-reuse series (kernel/): memory
+ * freed in a range so marked may come back to the same process without being
+ * cleared. A stock kernel rejects the advice with EINVAL. */
+#define OS_MADV_PAGE_REUSE 0x4c4f
+
+typedef struct {
+  size_t page_size;            /* the kernel's base page size */
+  size_t huge_page_size;       /* PMD-sized transparent huge page, 0 if none */
+  thp_mode_t thp;              /* /sys/kernel/mm/transparent_hugepage/enabled */
+  int numa_balancing;          /* /proc/sys/kernel/numa_balancing, -1 if absent */
+  bool madv_free;              /* MADV_FREE (Linux 4.5) */
+  bool madv_populate_write;    /* MADV_POPULATE_WRITE (Linux 5.14) */
+  bool page_reuse;             /* OS_MADV_PAGE_REUSE (locus kernel series) */
+  bool secure;                 /* secure-execution mode */
+  char kernel[65];             /* uname release */
+} os_features_t;
+
+extern os_features_t os_features;
+void os_features_probe(void);
+const char *os_thp_name(thp_mode_t m);
+static inline size_t os_page_size(void) { return os_features.page_size; }
+
+/* Test hook (unit tests): the next n calls to os_map fail as if the kernel
+ * refused, so that out-of-memory paths can be tested without exhausting memory. */
+void os_inject_map_failures(int n);
+
+#endif /* LOCUS_OS_H */

@@ -1,0 +1,55 @@
+/* Memory sources: a cache of freed segments between the heaps and the OS,
+ * one per NUMA node plus a generic one (Valat, PhD thesis, 2014, §4.7). */
+#ifndef LOCUS_SOURCE_H
+#define LOCUS_SOURCE_H
+
+#include "types.h"
+#include "util/lock.h"
+
+typedef struct seg_s {
+  void *base;
+  size_t size;
+  uint64_t stamp;              /* age, for eviction of the oldest */
+  uint32_t map;                /* kernel mapping it lies in */
+} seg_t;
+
+#define SOURCE_SLOTS 128
+typedef struct source_s {
+  lock_t lock;
+  int node;                    /* -1: the generic source */
+  /* atomics so that reports may read them without the lock */
+  atomic_size_t cached;        /* bytes in seg[] */
+  atomic_size_t in_use;        /* bytes handed out and not yet returned */
+  atomic_size_t hits, misses;
+  atomic_size_t nseg;
+  uint64_t clock;
+  seg_t seg[SOURCE_SLOTS];     /* cached segments, unordered */
+} source_t;
+
+/* Returns a region of `size` bytes (page multiple) or NULL, with its header's
+ * size, zeroed (every byte known zero), map and source fields set and the
+ * rest of the header zero. Unless SRC_EXACT, the region may be up to a slice
+ * larger (a cached segment taken whole). SRC_CACHED_ONLY: only from a cached
+ * segment at least `size` long, else NULL (no system call). */
+enum { SRC_EXACT = 1, SRC_CACHED_ONLY = 2 };
+region_t *source_alloc(source_t *s, size_t size, unsigned flags);
+void source_free(region_t *r);
+/* Grows r over the cached segment right after it; false if there is none. */
+bool source_extend(region_t *r, size_t new_size);
+/* Resizes r with mremap (may move); NULL and r untouched on failure. */
+region_t *source_resize(region_t *r, size_t new_size);
+size_t source_release_all(void);
+size_t source_trim(source_t *s, size_t keep);
+source_t *source_for_node(int node);      /* node < 0: generic */
+size_t source_cached_total(void);
+void sources_init(void);
+void sources_fork_prepare(void);
+void sources_fork_parent(void);
+void sources_fork_child(void);
+/* Trims every source to the current bound (after a profile or bound change). */
+void sources_apply_bound(void);
+void sources_report(void (*line)(void *, const source_t *), void *ctx);
+/* Checks every source's accounting; aborts with a message on a violation. */
+void sources_validate(void);
+
+#endif /* LOCUS_SOURCE_H */

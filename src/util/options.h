@@ -1,0 +1,53 @@
+/* Settings: one table (util/options.c) of every LOCUS_* variable with its
+ * type, default, range and documentation. The environment is read once at
+ * start-up; locus_option_set changes the run-time ones later. */
+#ifndef LOCUS_OPTIONS_H
+#define LOCUS_OPTIONS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum { PROFILE_ECO = 0, PROFILE_UMA = 1, PROFILE_NUMA = 2 } profile_t;
+
+/* The effective values. Fields that may change at run time are atomics:
+ * locus_option_set may run beside allocations. */
+typedef struct {
+  _Atomic profile_t profile;
+  atomic_size_t cache_max;         /* LOCUS_CACHE_MAX: bound of the uma/numa caches */
+  atomic_size_t cache_bound;       /* what a source keeps now: 0 for eco (see options.c) */
+  atomic_size_t cache_max_segment; /* largest segment worth caching */
+  size_t large_threshold;          /* blocks above go to the sources (start-up only) */
+  atomic_bool lazy_release;        /* MADV_FREE instead of munmap when eco returns memory */
+  atomic_bool color;               /* random 64-byte start offset for large blocks */
+  atomic_bool stats;               /* print statistics at exit */
+  atomic_bool verbose;
+} options_t;
+
+extern options_t locus_opt;
+
+/* Reads the environment (ignored in secure-execution mode), warns about bad
+ * values; no allocation. */
+void options_init(void);
+/* Prints the banner and the effective settings (LOCUS_VERBOSE=1). */
+void options_print(void);
+const char *profile_name(profile_t p);
+/* Copies the statistics file name (empty: stderr) into buf. */
+void options_stats_file(char *buf, size_t len);
+/* Writes the settings as JSON members ("name":value,...) through fmt-like calls. */
+size_t options_json(char *buf, size_t len);
+
+/* Where the options table lives, for tools and tests: the i-th option, or
+ * NULL past the end. */
+typedef struct {
+  const char *name;            /* "cache_max"; the variable is LOCUS_CACHE_MAX */
+  const char *env;
+  const char *type;            /* "bool", "size", "enum", "string" */
+  const char *def;             /* default as text */
+  const char *range;           /* accepted values */
+  const char *doc;
+  bool runtime;                /* locus_option_set may change it after start-up */
+} option_info_t;
+const option_info_t *options_info(size_t i);
+
+#endif /* LOCUS_OPTIONS_H */

@@ -1,0 +1,26 @@
+/* Process-wide statistics: relaxed atomic counters kept off the fast paths
+ * (sources and the OS layer), a readable report and a JSON form. */
+#ifndef LOCUS_STATS_H
+#define LOCUS_STATS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+typedef struct {
+  atomic_size_t in_use, cached, peak;
+  atomic_size_t mmaps, munmaps, mremaps, madvises;
+  atomic_size_t hits, misses, returned;
+} stats_t;
+
+extern stats_t locus_stats;
+
+static inline void stat_add(atomic_size_t *c, size_t n) {
+  atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+static inline void stat_sub(atomic_size_t *c, size_t n) {
+  atomic_fetch_sub_explicit(c, n, memory_order_relaxed);
+}
+void stats_update_peak(void);
+void stats_at_exit(void);
+
+#endif /* LOCUS_STATS_H */
