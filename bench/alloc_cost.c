@@ -1,4 +1,6 @@
-/* Allocation cost breakdown (SPEC §4): for block sizes 16 B .. 64 MiB
+/* Allocation cost breakdown (malloc time against first-touch time, as in
+ * Valat, talk slides, 2018, "How to measure malloc time"; fault and zeroing
+ * cost: Valat, PhD thesis, 2014, §5.1, §5.3): for block sizes 16 B .. 64 MiB
  * (powers of 4), the time spent in malloc, in free, in the first touch of
  * the memory (memset of the whole block: page faults, zeroing, cache
  * misses) and in a second memset (the access alone), per byte.  Blocks are

@@ -1,4 +1,6 @@
-/* Cache alignment (SPEC §5): x[i] = a1[i] + ... + a9[i] over ten arrays
+/* Cache alignment (Valat, PhD thesis, 2014, §3.4: arrays aligned on the same
+ * large power of two share cache sets, and 4K aliasing; §3.7: random start
+ * offsets as the remedy): x[i] = a1[i] + ... + a9[i] over ten arrays
  * whose start addresses are
  *   2m      aligned on 2 MiB (all the same cache colour),
  *   4k      aligned on 4 KiB but at different 2 MiB offsets,

@@ -1,4 +1,5 @@
-/* Hera-like mix (SPEC §4, §6): 2 threads, each running iterations of
+/* Hera-like mix (the allocation profile of the CEA code Hera, Valat, PhD
+ * thesis, 2014, §4.5 and Fig. 4.4): 2 threads, each running iterations of
  *  - a burst of short-lived small objects (16-512 B) kept in a window of
  *    256 live objects, the oldest replaced first;
  *  - one 1-4 MiB block per iteration, every page written, kept alive for

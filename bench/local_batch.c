@@ -1,8 +1,9 @@
-/* Local batches (SPEC §6): every thread, independently, allocates a batch of
- * 1000 blocks of one size, writes a pattern into each, checks it, and frees
- * the batch; repeated for a number of rounds.  Sizes used by the harness:
- * 32 B (small-object fast path) and 128 KiB (around glibc's mmap threshold,
- * where page reuse matters).  Metric: time of the whole run (all threads). */
+/* Local batches (Valat, PhD thesis, 2014, §4.15.1, Fig. 4.12): every thread,
+ * independently, allocates a batch of 1000 blocks of one size, writes a
+ * pattern into each, checks it, and frees the batch; repeated for a number of
+ * rounds.  Sizes used by the harness: 32 B (small-object fast path) and
+ * 128 KiB (around glibc's mmap threshold, where page reuse matters).  Metric:
+ * time of the whole run (all threads). */
 #include "common.h"
 
 #define BATCH 1000

@@ -1,12 +1,14 @@
-/* NUMA first touch (SPEC §3): four arrays of --mib MiB each are allocated
- * with malloc and initialised either by memset on one thread ("serial") or
- * each thread initialising the part it will later use ("parallel"); then
- * all threads run a triad a = b + s*c + d over their own part several
- * times.  On a NUMA machine serial initialisation puts every page on one
- * node (first touch); an allocator may counter this (interleave, local
- * placement).  On one node both should be equal.  The result is verified.
- * Metric: time of the parallel compute phase after serial initialisation;
- * the parallel-init time and the ratio are printed as extra fields. */
+/* NUMA first touch (the serial-initialisation example of Valat, talk slides,
+ * 2018; first-touch placement: Valat, PhD thesis, 2014, §4.11): four arrays
+ * of --mib MiB each are allocated with malloc and initialised either by
+ * memset on one thread ("serial") or each thread initialising the part it
+ * will later use ("parallel"); then all threads run a triad a = b + s*c + d
+ * over their own part several times.  On a NUMA machine serial initialisation
+ * puts every page on one node (first touch); an allocator may counter this
+ * (interleave, local placement).  On one node both should be equal.  The
+ * result is verified.  Metric: time of the parallel compute phase after
+ * serial initialisation; the parallel-init time and the ratio are printed as
+ * extra fields. */
 #include "common.h"
 
 typedef struct {

@@ -1,15 +1,16 @@
-/* Page-fault cost (SPEC §4): each worker maps its own anonymous region and
- * times, with rdtsc, the first write to every page (the fault: allocation
- * of the page, zeroing, page-table update) and then a second write to every
- * page (the access alone).  Configurations: 4 KiB pages (MADV_NOHUGEPAGE)
- * and transparent huge pages (MADV_HUGEPAGE, 2 MiB page = one sample);
- * 1 worker, and 2..N workers as threads of one process (sharing one
- * mm_struct and its locks) or as separate processes.  The workload does
+/* Page-fault cost (the fault micro-benchmark of Valat, PhD thesis, 2014,
+ * §5.1; huge pages and zeroing: §5.2, §5.3): each worker maps its own
+ * anonymous region and times, with rdtsc, the first write to every page (the
+ * fault: allocation of the page, zeroing, page-table update) and then a
+ * second write to every page (the access alone).  Configurations: 4 KiB pages
+ * (MADV_NOHUGEPAGE) and transparent huge pages (MADV_HUGEPAGE, 2 MiB page =
+ * one sample); 1 worker, and 2..N workers as threads of one process (sharing
+ * one mm_struct and its locks) or as separate processes.  The workload does
  * not call malloc on its measured path: it is the allocator-independent
- * baseline the allocator benchmarks are read against.  Each page is
- * verified (the written word, and a neighbouring word still zero).
- * One DATA line per configuration with medians and log2 histograms;
- * metric: median first-write cycles, 4 KiB pages, one worker. */
+ * baseline the allocator benchmarks are read against.  Each page is verified
+ * (the written word, and a neighbouring word still zero).  One DATA line per
+ * configuration with medians and log2 histograms; metric: median first-write
+ * cycles, 4 KiB pages, one worker. */
 #include "common.h"
 #include <sys/mman.h>
 #include <sys/wait.h>

@@ -1,9 +1,9 @@
-/* Producer/consumer (SPEC §6): thread 0 allocates blocks of one size and
- * writes a pattern into each; the other threads receive them through
- * lock-free bounded rings, check the pattern and free them.  Every block is
- * thus freed by a thread other than the one that allocated it (remote
- * frees).  Sizes used by the harness: 32 B and 2 MiB.  Metric: blocks
- * transferred per second. */
+/* Producer/consumer (Valat, PhD thesis, 2014, §4.15.1, Fig. 4.13): thread 0
+ * allocates blocks of one size and writes a pattern into each; the other
+ * threads receive them through lock-free bounded rings, check the pattern and
+ * free them.  Every block is thus freed by a thread other than the one that
+ * allocated it (remote frees).  Sizes used by the harness: 32 B and 2 MiB.
+ * Metric: blocks transferred per second. */
 #include "common.h"
 
 typedef struct {

@@ -1,9 +1,10 @@
-/* Random exchange, t-test1 style (SPEC §6): a shared table of slots; every
- * thread repeatedly picks a random slot, puts a freshly allocated block of
- * random size (1 .. --max-size) there and takes the previous occupant out,
- * checks its pattern and frees it.  Blocks therefore migrate between
- * threads at random.  Max sizes used by the harness: 64 B and 2 MiB.
- * Metric: operations (one malloc + one free) per second. */
+/* Random exchange, t-test1 style (Valat, PhD thesis, 2014, §4.15.1,
+ * Fig. 4.14): a shared table of slots; every thread repeatedly picks a random
+ * slot, puts a freshly allocated block of random size (1 .. --max-size) there
+ * and takes the previous occupant out, checks its pattern and frees it.
+ * Blocks therefore migrate between threads at random.  Max sizes used by the
+ * harness: 64 B and 2 MiB.  Metric: operations (one malloc + one free) per
+ * second. */
 #include "common.h"
 
 typedef struct {

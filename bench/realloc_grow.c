@@ -1,9 +1,11 @@
-/* Growing realloc (memory-source issue): a buffer starts at 1 KiB and is
- * doubled by realloc up to 64 MiB; after every growth the old contents are
- * checked (one word per page and the last word) and the new half is written
- * (one word per page, as an application filling it would fault every page).
- * The sequence is repeated; an allocator that resizes large blocks with
- * mremap moves page tables instead of copying. Metric: time per sequence. */
+/* Growing realloc (a workload of locus's own; the growing reallocs of Hera
+ * are described in Valat, PhD thesis, 2014, §4.5): a buffer starts at 1 KiB
+ * and is doubled by realloc up to 64 MiB; after every growth the old contents
+ * are checked (one word per page and the last word) and the new half is
+ * written (one word per page, as an application filling it would fault every
+ * page).  The sequence is repeated; an allocator that resizes large blocks
+ * with mremap moves page tables instead of copying.  Metric: time per
+ * sequence. */
 #include "common.h"
 
 int main(int argc, char **argv) {

@@ -1,8 +1,8 @@
-/* Small random (core-allocator issue, benchmark a): one thread keeps a window
- * of live blocks (1000 slots by default) of random sizes 8 B - 1 KiB; each
- * iteration checks and frees the block in a random slot and replaces it with
- * a new one.  Metric: operations per second, one operation = one free plus
- * one malloc. */
+/* Small random (a workload of locus's own, for small-block speed): one thread
+ * keeps a window of live blocks (1000 slots by default) of random sizes 8 B -
+ * 1 KiB; each iteration checks and frees the block in a random slot and
+ * replaces it with a new one.  Metric: operations per second, one operation =
+ * one free plus one malloc. */
 #include "common.h"
 
 int main(int argc, char **argv) {

@@ -1,7 +1,7 @@
-/* Small ring (core-allocator issue, benchmark b): two threads; the producer
- * allocates blocks of random sizes 8 B - 1 KiB, writes a pattern and passes
- * them through a bounded lock-free ring to the consumer, which checks and
- * frees them.  Metric: blocks per second. */
+/* Small ring (a workload of locus's own, for small-block speed): two threads;
+ * the producer allocates blocks of random sizes 8 B - 1 KiB, writes a pattern
+ * and passes them through a bounded lock-free ring to the consumer, which
+ * checks and frees them.  Metric: blocks per second. */
 #include "common.h"
 
 typedef struct {

@@ -1,8 +1,8 @@
-/* Time-step temporaries (SPEC §6, HydroBench pattern): 2 threads; at every
- * step each thread allocates 8 arrays of 4-32 MiB, writes every page,
- * computes a checksum over what it wrote and frees them.  An allocator
- * that keeps and reuses the big blocks avoids the page faults of every
- * step.  Metric: total time; 200 steps in full mode. */
+/* Time-step temporaries (the HydroBench pattern, Valat, PhD thesis, 2014,
+ * §5.8.2, Table 5.1): 2 threads; at every step each thread allocates 8 arrays
+ * of 4-32 MiB, writes every page, computes a checksum over what it wrote and
+ * frees them.  An allocator that keeps and reuses the big blocks avoids the
+ * page faults of every step.  Metric: total time; 200 steps in full mode. */
 #include "common.h"
 
 #define NARR 8

@@ -6,7 +6,9 @@ allocator is switched with LD_PRELOAD only).  Every (workload, allocator) pair
 is run --repeat times, interleaved (A B C A B C ...), and the child's rusage
 (wall, user, sys, peak RSS, minor faults) is recorded together with the
 workload's own RESULT line.  Writes results.json, results.md and PNG plots to
-results/<timestamp>/ (or --out).  See docs/benchmarks.md.
+results/scratch/<timestamp>/ (git-ignored; or --out).  A run worth keeping is
+published by copying it to results/<date>-<what>/ and committing it: see
+"Publishing a run" in docs/benchmarks.md.
 
 Exit status: 0 if every run that was attempted validated its output, 1 if any
 run failed (non-zero exit, crash, timeout, check=fail, or a preload that did
@@ -596,7 +598,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=None, help="runs per pair (default 5, quick 1)")
     ap.add_argument("--only", default=None, help="comma-separated workload ids or prefixes")
     ap.add_argument("--allocators", default=None, help="comma-separated allocator names")
-    ap.add_argument("--out", default=None, help="output directory (default results/<timestamp>)")
+    ap.add_argument("--out", default=None, help="output directory (default results/scratch/<timestamp>, git-ignored)")
     ap.add_argument("--locus-lib", default=os.path.join(REPO, "build", "liblocus.so"))
     ap.add_argument("--bin-dir", default=None, help="directory holding the bench_* programs")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run (default 120 quick, 1800 full)")
@@ -640,7 +642,8 @@ def main():
         return 2
 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    outdir = os.path.abspath(args.out or os.path.join(REPO, "results", stamp))
+    # Unpublished runs go to a git-ignored place; publishing is a deliberate copy.
+    outdir = os.path.abspath(args.out or os.path.join(REPO, "results", "scratch", stamp))
     os.makedirs(outdir, exist_ok=True)
     for n in notes:
         log("bench: note: " + n)
@@ -693,6 +696,10 @@ def main():
 
     fails = [r for r in runs if not r["ok"]]
     log("bench: %d run(s), %d failed; results in %s" % (len(runs), len(fails), outdir))
+    if not args.out:
+        log("bench: this directory is git-ignored; to publish the run: cp -r %s results/%s-<what>/ "
+            "and commit it (docs/benchmarks.md, \"Publishing a run\")"
+            % (os.path.relpath(outdir, os.getcwd()), stamp.split("-")[0]))
     for r in fails:
         log("bench:   FAIL %s / %s: %s" % (r["workload"], r["allocator"], r["reason"]))
     if interrupted:
