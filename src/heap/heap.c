@@ -23,7 +23,8 @@
 LOCUS_TLS heap_t *locus_tls_heap;
 uint64_t locus_free_key;
 run_t locus_empty_run = {.state = RUN_FULL};
-heap_t locus_oom_heap = {.hot = HOT_NONE, .node = -1, .state = HEAP_DEAD};
+heap_t locus_oom_heap = {
+  .cur = {[0 ... NUM_CLASSES - 1] = &locus_empty_run}, .hot = HOT_NONE, .node = -1, .state = HEAP_DEAD};
 atomic_int locus_init_state;
 
 static lock_t heaps_lock;           /* guards all_heaps, orphans, the record arena */

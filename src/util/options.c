@@ -128,7 +128,8 @@ static option_t table[] = {
     "Blocks above this size are large segments, served by the memory sources.", START},
    T_SIZE, 16 * KiB, 32 * MiB, NULL, &locus_opt.large_threshold, NULL},
   {{"lazy_release", "LOCUS_LAZY_RELEASE", "bool", "0", "0/1, yes/no, on/off, true/false",
-    "eco: keep freed segments with MADV_FREE (the kernel reclaims them when it needs) instead of unmapping them.", RT},
+    "Release freed segments with MADV_FREE and keep them: eco then keeps up to LOCUS_CACHE_MAX instead of "
+    "unmapping; in every profile the kernel may reclaim the cached pages under memory pressure.", RT},
    T_BOOL, 0, 0, NULL, &locus_opt.lazy_release, profile_changed},
   {{"color", "LOCUS_COLOR", "bool", "1", "0/1, yes/no, on/off, true/false",
     "Start large blocks at a varying multiple of 64 bytes so that arrays do not collide in the caches.", RT},
