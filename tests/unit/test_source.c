@@ -171,6 +171,7 @@ static void test_environment(void) {
   char out[4096];
   run_child("LOCUS_CACHE_MAX=12X", "--print-config", out, sizeof out);
   CHECK(strstr(out, "LOCUS_CACHE_MAX=\"12X\"") && strstr(out, "warning"), "warning for a bad size: %s", out);
+  CHECK(strstr(out, "using the default 500M") && strstr(out, "T suffix"), "warning names the real default and T: %s", out);
   CHECK(strstr(out, "profile=uma cached_max_ok"), "default kept: %s", out);
   run_child("LOCUS_PROFILE=fast", "--print-config", out, sizeof out);
   CHECK(strstr(out, "LOCUS_PROFILE=\"fast\"") && strstr(out, "profile=uma"), "bad profile: %s", out);

@@ -1,0 +1,79 @@
+# Installation of locus (included by the top-level CMakeLists.txt):
+#   <libdir>/liblocus.so*, <libdir>/liblocus.a, <includedir>/locus.h,
+#   <libdir>/cmake/locus/locus-{config,config-version,targets*}.cmake
+#     (find_package(locus): targets locus::locus and locus::locus-static),
+#   <libdir>/pkgconfig/locus.pc (pkg-config locus; --static adds -pthread).
+# Every path is relative to the install prefix, so `cmake --install --prefix`
+# and DESTDIR work and no file refers to the build or source tree. (With an
+# absolute CMAKE_INSTALL_LIBDIR, CMake writes the configure-time prefix into
+# locus-targets.cmake: set CMAKE_INSTALL_PREFIX when configuring, not later.)
+# See docs/install.md.
+
+include(CMakePackageConfigHelpers)
+
+set(LOCUS_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/locus)
+
+# Names seen by consumers: locus::locus (shared), locus::locus-static (static),
+# the same names as the aliases inside this tree.
+set_target_properties(locus PROPERTIES EXPORT_NAME locus)
+set_target_properties(locus_static PROPERTIES EXPORT_NAME locus-static)
+
+install(TARGETS locus locus_static EXPORT locus-targets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/locus.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+# ---- CMake package ------------------------------------------------------------
+install(EXPORT locus-targets NAMESPACE locus:: FILE locus-targets.cmake
+        DESTINATION ${LOCUS_INSTALL_CMAKEDIR})
+
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/locus-config.cmake.in
+  ${PROJECT_BINARY_DIR}/locus-config.cmake
+  INSTALL_DESTINATION ${LOCUS_INSTALL_CMAKEDIR})
+
+# Which requested versions the installed one satisfies. The SOVERSION is
+# MAJOR.MINOR: while the major version is 0, every minor release may change the
+# API and ABI (semantic versioning gives 0.y.z no stability promise), so
+# find_package(locus 0.1) must accept 0.1.z only, never 0.2: SameMinorVersion.
+# From 1.0 on, minor releases are meant to be compatible: SameMajorVersion.
+if(PROJECT_VERSION_MAJOR EQUAL 0)
+  set(_locus_compat SameMinorVersion)
+else()
+  set(_locus_compat SameMajorVersion)
+endif()
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/locus-config-version.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY ${_locus_compat})
+unset(_locus_compat)
+
+install(FILES ${PROJECT_BINARY_DIR}/locus-config.cmake ${PROJECT_BINARY_DIR}/locus-config-version.cmake
+        DESTINATION ${LOCUS_INSTALL_CMAKEDIR})
+
+# ---- pkg-config ---------------------------------------------------------------
+# libdir and includedir are written as ${prefix}/<dir>, or as given when
+# CMAKE_INSTALL_LIBDIR/INCLUDEDIR is absolute. The prefix is the one of the
+# install itself (`cmake --install build --prefix P` writes prefix=P; with
+# DESTDIR, the prefix without DESTDIR), so the file is written when installing,
+# straight into place: no file of the build tree is written at install time.
+foreach(_d LIBDIR INCLUDEDIR)
+  if(IS_ABSOLUTE "${CMAKE_INSTALL_${_d}}")
+    set(LOCUS_PC_${_d} "${CMAKE_INSTALL_${_d}}")
+  else()
+    set(LOCUS_PC_${_d} "\${prefix}/${CMAKE_INSTALL_${_d}}")
+  endif()
+endforeach()
+unset(_d)
+# First pass now (everything but the prefix), second pass at install time.
+set(LOCUS_PC_PREFIX "@LOCUS_PC_PREFIX@")
+configure_file(${CMAKE_CURRENT_LIST_DIR}/locus.pc.in ${PROJECT_BINARY_DIR}/pkgconfig/locus.pc.in @ONLY)
+install(CODE "
+  set(LOCUS_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
+  set(_locus_pc_dir \"${CMAKE_INSTALL_LIBDIR}/pkgconfig\")
+  if(NOT IS_ABSOLUTE \"\${_locus_pc_dir}\")
+    set(_locus_pc_dir \"\${CMAKE_INSTALL_PREFIX}/\${_locus_pc_dir}\")
+  endif()
+  set(_locus_pc \"\$ENV{DESTDIR}\${_locus_pc_dir}/locus.pc\")
+  message(STATUS \"Installing: \${_locus_pc}\")
+  configure_file(\"${PROJECT_BINARY_DIR}/pkgconfig/locus.pc.in\" \"\${_locus_pc}\" @ONLY)
+  list(APPEND CMAKE_INSTALL_MANIFEST_FILES \"\${_locus_pc}\")
+")
