@@ -32,6 +32,7 @@ static heap_t *all_heaps;
 static heap_t *orphans;
 static char *arena_next, *arena_end;
 static pthread_key_t exit_key;
+static bool exit_key_ok;
 
 static heap_t *heap_record_new(void) {
   size_t sz = align_up(sizeof(heap_t), CACHE_LINE);
@@ -83,7 +84,7 @@ heap_t *heap_get_slow(void) {
   heap_bind_thread(h);
   lock_release(&heaps_lock);
   locus_tls_heap = h;
-  pthread_setspecific(exit_key, h);    /* after the TLS store: may call calloc */
+  if (exit_key_ok) pthread_setspecific(exit_key, h);    /* after the TLS store: may call calloc */
   heap_drain_remote(h);
   return h;
 }
@@ -254,7 +255,11 @@ void locus_init(void) {
   sources_init();
   small_init();
   locus_free_key = os_random() | 1;
-  pthread_key_create(&exit_key, heap_abandon);
+  /* Without the key, exiting threads keep their heaps instead of handing
+   * them on: a leak, never a corruption. */
+  exit_key_ok = pthread_key_create(&exit_key, heap_abandon) == 0;
+  if (!exit_key_ok)
+    locus_warn("no thread-exit hook (pthread_key_create failed): heaps of exited threads are not reused");
   atomic_store_explicit(&locus_init_state, 2, memory_order_release);
   if (atomic_load(&locus_opt.verbose)) options_print();
 }

@@ -160,17 +160,20 @@ void os_stderr_keep(void) {
   err_copy = fd;
 }
 
-int os_stderr(void) {
+/* fd 2 first when it is open: that honours the program's own redirections
+ * (freopen, dup2). A descriptor 2 that the program closed and that a later
+ * open reused cannot be told apart from a redirection; a write that fails on
+ * it (a file opened read-only) falls back to the copy. */
+void os_write_stderr(const char *buf, size_t len) {
   int saved = errno;
-  int fd = -1;
-  if (fcntl(2, F_GETFD) >= 0) {
-    fd = 2;                              /* open: honour the program's redirections */
-  } else if (err_copy >= 0) {
-    struct stat st;                      /* the number may have been reused since */
-    if (fstat(err_copy, &st) == 0 && st.st_dev == err_dev && st.st_ino == err_ino) fd = err_copy;
+  if (fcntl(2, F_GETFD) >= 0 && os_write_all(2, buf, len)) {
+    errno = saved;
+    return;
   }
+  struct stat st;                        /* the copy's number may have been reused since */
+  if (err_copy >= 0 && fstat(err_copy, &st) == 0 && st.st_dev == err_dev && st.st_ino == err_ino)
+    os_write_all(err_copy, buf, len);
   errno = saved;
-  return fd;
 }
 
 bool os_secure(void) { return getauxval(AT_SECURE) != 0; }

@@ -34,11 +34,11 @@ int os_open_append(const char *path);
 void os_close(int fd);
 /* Writes all of buf (retrying short writes and EINTR); false on error. */
 bool os_write_all(int fd, const char *buf, size_t len);
-/* The descriptor for locus's messages and reports: stderr, or, when the
- * program has closed stderr (ls, cat and sort do at exit), the private copy
- * made at start-up, if it still names the same file. -1 if neither. */
-int os_stderr(void);
-/* Duplicates stderr once (close-on-exec), for os_stderr(). */
+/* Writes a message or report to stderr; when the program has closed stderr
+ * (ls, cat and sort do at exit) or the write fails there, to the private copy
+ * made at start-up, if it still names the same file. */
+void os_write_stderr(const char *buf, size_t len);
+/* Duplicates stderr once (close-on-exec), for os_write_stderr(). */
 void os_stderr_keep(void);
 /* True in secure-execution mode (AT_SECURE): the process gained privileges
  * through exec, and its environment comes from a less privileged user. */

@@ -92,8 +92,7 @@ static void emit(const char *prefix, const char *fmt, va_list ap) {
   if (n < sizeof buf) n += fmt_vbuf(buf + n, sizeof buf - n, fmt, ap);
   if (n > sizeof buf - 2) n = sizeof buf - 2;
   buf[n++] = '\n';
-  int fd = os_stderr();
-  if (fd >= 0) os_write_all(fd, buf, n);
+  os_write_stderr(buf, n);
 }
 
 void locus_fatal(const char *fmt, ...) {

@@ -159,8 +159,8 @@ LOCUS_EXPORT void locus_stats_print(void) {
   if (fd >= 0) {
     os_write_all(fd, buf, n);
     os_close(fd);
-  } else if ((fd = os_stderr()) >= 0) {
-    os_write_all(fd, buf, n);
+  } else {
+    os_write_stderr(buf, n);
   }
   lock_release(&print_lock);
 }
