@@ -55,6 +55,34 @@ size_t locus_usable_size(const void *ptr);
 int locus_set_profile(const char *name);
 const char *locus_get_profile(void);
 
+/* ---- NUMA placement ----------------------------------------------------------
+ * Memory from these functions is released with plain free(); realloc keeps
+ * its placement. Node numbers are the kernel's (as numactl shows them). */
+
+/* A block all of whose pages are on `node`, for every size (small blocks come
+ * from chunks of that node). NULL with errno = EINVAL for a node that does
+ * not exist, has no memory or is not allowed by the cpuset; ENOMEM as malloc. */
+void *locus_malloc_on_node(size_t size, int node);
+
+/* A block whose pages are spread round-robin over the allowed nodes. */
+void *locus_malloc_interleaved(size_t size);
+
+/* The node holding the page of p, or -1 if that page is not resident (never
+ * touched, or not mapped). */
+int locus_node_of(const void *p);
+
+/* The node the calling thread's memory comes from: the node of its CPUs when
+ * all the CPUs it may run on belong to one node, else -1 (not bound: memory
+ * from the generic source, placed by first touch unless LOCUS_NUMA says
+ * otherwise). */
+int locus_thread_node(void);
+
+/* Re-evaluates the calling thread's node after sched_setaffinity or a
+ * migration; when it changed, the thread's later allocations come from the
+ * new node (blocks it holds stay valid). Returns the node, as
+ * locus_thread_node. */
+int locus_rebind(void);
+
 /* Return every cached (free but retained) byte of every memory source to the
  * OS now. Returns the number of bytes released. Resident memory goes down. */
 size_t locus_release(void);

@@ -36,15 +36,25 @@ static ALWAYS_INLINE void *small_alloc(heap_t *h, unsigned cls) {
 }
 
 /* Medium or large; align is a power of two >= 16. */
-static NOINLINE void *big_alloc(size_t size, size_t align, bool zero) {
+static NOINLINE void *big_alloc_in(heap_t *h, size_t size, size_t align, bool zero) {
   if (unlikely(size > MAX_REQUEST)) return fail_enomem();
   void *p;
   if (size <= locus_opt.large_threshold && align <= locus_opt.large_threshold / 4 &&
       size + align <= locus_opt.large_threshold)
-    p = medium_alloc(heap_get(), size, align, zero);
+    p = medium_alloc(h, size, align, zero);
   else
-    p = large_alloc(size, align, zero);
+    p = large_alloc(h, size, align, zero);
   return p ? p : fail_enomem();
+}
+
+static inline void *big_alloc(size_t size, size_t align, bool zero) {
+  return big_alloc_in(heap_get(), size, align, zero);
+}
+
+/* malloc from a given heap (a placed sub-heap): the same paths as malloc. */
+void *heap_malloc(heap_t *h, size_t size) {
+  if (likely(size <= SMALL_MAX)) return small_alloc(h, size_class(size));
+  return big_alloc_in(h, size, ALIGN_MIN, false);
 }
 
 LOCUS_EXPORT void *locus_malloc(size_t size) {
@@ -117,11 +127,11 @@ static NOINLINE void free_other(void *p, region_t *r, const char *fn) {
     locus_fatal("%s(): invalid pointer %p (not allocated by locus, or already freed)", fn, p);
   if (r->kind == REGION_MEDIUM) {
     chunk_t *c = (chunk_t *)r;
-    heap_t *h = locus_tls_heap;
-    bool local = c->r.heap == h;
+    heap_t *owner = c->r.heap;
+    bool local = owner->main == locus_tls_heap;   /* the thread's main heap or one of its placed heaps */
     medium_check(c, p, fn, local);
-    if (local) medium_free_local(h, c, p);
-    else remote_push(c->r.heap, p);
+    if (local) medium_free_local(owner, c, p);
+    else remote_push(owner, p);
     return;
   }
   if (r->kind == REGION_LARGE) {
@@ -153,6 +163,8 @@ static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
   if (likely((t & REG_KIND_MASK) == REGION_SMALL && (uintptr_t)p - (uintptr_t)c < CHUNK_SIZE)) {
     if (likely(c->r.heap == h)) {
       free_small_local(h, c, p, fn);
+    } else if (c->r.heap->main == h) {   /* a placed sub-heap of this thread */
+      free_small_local(c->r.heap, c, p, fn);
     } else {
       size_t idx;
       small_check(c, p, fn, &idx);
@@ -181,7 +193,7 @@ static size_t usable_checked(const void *p, region_t *r, const char *fn) {
     return small_check((chunk_t *)r, p, fn, &idx)->bsize;
   }
   case REGION_MEDIUM:
-    medium_check((chunk_t *)r, p, fn, ((chunk_t *)r)->r.heap == locus_tls_heap);
+    medium_check((chunk_t *)r, p, fn, ((chunk_t *)r)->r.heap->main == locus_tls_heap);
     return medium_usable(p);
   case REGION_LARGE: return large_usable(large_check(r, p, fn));
   }
@@ -193,8 +205,17 @@ LOCUS_EXPORT size_t locus_usable_size(const void *p) {
   return usable_checked(p, registry_lookup(p), "malloc_usable_size");
 }
 
-static void *realloc_move(void *p, size_t old_usable, size_t size) {
-  void *q = locus_malloc(size);
+/* A moved block keeps its placement: a block of a placed heap moves to the
+ * calling thread's heap of the same place. */
+static void *realloc_move(void *p, int place, size_t old_usable, size_t size) {
+  void *q;
+  if (place == PLACE_MAIN) {
+    q = locus_malloc(size);
+  } else {
+    heap_t *h = heap_get();
+    heap_t *sub = h == &locus_oom_heap ? NULL : heap_placed(h, place);
+    q = sub ? heap_malloc(sub, size) : fail_enomem();
+  }
   if (!q) return NULL;
   memcpy(q, p, old_usable < size ? old_usable : size);
   free_impl(p, "realloc");
@@ -217,9 +238,8 @@ LOCUS_EXPORT void *locus_realloc(void *p, size_t size) {
     break;
   case REGION_MEDIUM: {
     chunk_t *c = (chunk_t *)r;
-    heap_t *h = locus_tls_heap;
-    if (size > SMALL_MAX && size <= locus_opt.large_threshold && c->r.heap == h &&
-        medium_resize_in_place(h, c, p, size))
+    if (size > SMALL_MAX && size <= locus_opt.large_threshold && c->r.heap->main == locus_tls_heap &&
+        medium_resize_in_place(c->r.heap, c, p, size))
       return p;
     break;
   }
@@ -230,7 +250,7 @@ LOCUS_EXPORT void *locus_realloc(void *p, size_t size) {
     }
     break;
   }
-  return realloc_move(p, usable, size);
+  return realloc_move(p, r->heap->place, usable, size);
 }
 
 LOCUS_EXPORT void *locus_reallocarray(void *p, size_t count, size_t size) {

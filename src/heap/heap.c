@@ -24,7 +24,8 @@ LOCUS_TLS heap_t *locus_tls_heap;
 uint64_t locus_free_key;
 run_t locus_empty_run = {.state = RUN_FULL};
 heap_t locus_oom_heap = {
-  .cur = {[0 ... NUM_CLASSES - 1] = &locus_empty_run}, .hot = HOT_NONE, .node = -1, .state = HEAP_DEAD};
+  .cur = {[0 ... NUM_CLASSES - 1] = &locus_empty_run}, .hot = HOT_NONE, .main = &locus_oom_heap,
+  .place = PLACE_MAIN, .node = -1, .state = HEAP_DEAD};
 atomic_int locus_init_state;
 
 static lock_t heaps_lock;           /* guards all_heaps, orphans, the record arena */
@@ -52,41 +53,98 @@ static void heap_reset_classes(heap_t *h) {
   for (unsigned i = 0; i < NUM_CLASSES; i++) h->cur[i] = &locus_empty_run;
 }
 
-/* Caller holds heaps_lock: reports read tid and state under it. */
-static void heap_bind_thread(heap_t *h) {
-  h->tid = os_gettid();
-  h->node = topology_thread_node();
-  h->state = HEAP_LIVE;
+/* A new, empty heap record on the all-heaps list; caller holds heaps_lock. */
+static heap_t *heap_new_locked(void) {
+  heap_t *h = heap_record_new();
+  if (!h) return NULL;
+  memset(h, 0, sizeof *h);
+  heap_reset_classes(h);
+  h->hot = HOT_NONE;
+  h->main = h;
+  h->place = PLACE_MAIN;
+  h->next_all = all_heaps;
+  all_heaps = h;
+  return h;
 }
 
+/* Caller holds heaps_lock: reports read tid and state under it. */
+static void heap_bind_thread(heap_t *h, int node) {
+  h->tid = os_gettid();
+  h->node = node;
+  h->state = HEAP_LIVE;
+  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
+    if (h->placed[i]) h->placed[i]->tid = h->tid, h->placed[i]->state = HEAP_LIVE;
+}
 
 static void heap_abandon(void *arg);
 
+/* An orphan of the thread's node, so that memory freed on a node is reused
+ * on that node only: a heap keeps chunks of the node it was bound to. Caller
+ * holds heaps_lock. */
+static heap_t *adopt_locked(int node) {
+  for (heap_t **link = &orphans; *link; link = &(*link)->next_orphan) {
+    heap_t *h = *link;
+    if (h->node != node) continue;
+    *link = h->next_orphan;
+    h->next_orphan = NULL;
+    return h;
+  }
+  return NULL;
+}
+
 heap_t *heap_get_slow(void) {
   locus_init();
+  int node = topology_thread_node();
   lock_acquire(&heaps_lock);
-  heap_t *h = orphans;
-  if (h) {
-    orphans = h->next_orphan;
-    h->next_orphan = NULL;
-  } else {
-    h = heap_record_new();
-    if (!h) {                          /* the OS refused memory: malloc fails with ENOMEM */
-      lock_release(&heaps_lock);
-      return &locus_oom_heap;
-    }
-    memset(h, 0, sizeof *h);
-    heap_reset_classes(h);
-    h->hot = HOT_NONE;
-    h->next_all = all_heaps;
-    all_heaps = h;
+  heap_t *h = adopt_locked(node);
+  if (!h) h = heap_new_locked();
+  if (!h) {                            /* the OS refused memory: malloc fails with ENOMEM */
+    lock_release(&heaps_lock);
+    return &locus_oom_heap;
   }
-  heap_bind_thread(h);
+  heap_bind_thread(h, node);
   lock_release(&heaps_lock);
   locus_tls_heap = h;
   if (exit_key_ok) pthread_setspecific(exit_key, h);    /* after the TLS store: may call calloc */
   heap_drain_remote(h);
   return h;
+}
+
+heap_t *heap_placed(heap_t *h, int place) {
+  LOCUS_ASSERT(h->main == h && place >= 0 && place <= PLACE_INTERLEAVE);
+  heap_t *sub = h->placed[place];
+  if (likely(sub)) return sub;
+  lock_acquire(&heaps_lock);
+  sub = heap_new_locked();
+  if (sub) {
+    sub->main = h;
+    sub->place = place;
+    sub->node = place == PLACE_INTERLEAVE ? -1 : place;
+    sub->source = place == PLACE_INTERLEAVE ? source_interleave() : source_of_node(place);
+    sub->tid = h->tid;
+    sub->state = h->state;
+    h->placed[place] = sub;
+  }
+  lock_release(&heaps_lock);
+  return sub;
+}
+
+source_t *heap_source(heap_t *h) {
+  if (h->place != PLACE_MAIN) return h->source;
+  switch (locus_opt.numa_policy) {
+  case NUMA_INTERLEAVE: return source_interleave();
+  case NUMA_BIND: return source_of_node(locus_opt.numa_node);
+  default: return source_for_node(h->node);
+  }
+}
+
+int heap_rebind(void) {
+  locus_init();
+  heap_t *h = locus_tls_heap;
+  int node = topology_thread_node();
+  if (h && h->node == node) return node;
+  if (h) heap_abandon(h);
+  return heap_get()->node;
 }
 
 /* Blocks freed by other threads come back to their runs and bins. The stack
@@ -144,9 +202,9 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
     h->spare = NULL;
     c->r.zeroed = false;               /* it served blocks before */
   } else {
-    c = (chunk_t *)source_alloc(source_for_node(h->node), size, SRC_EXACT);
+    c = (chunk_t *)source_alloc(heap_source(h), size, SRC_EXACT);
     if (!c) return NULL;
-    c->r.node = (uint16_t)(h->node < 0 ? NODE_NONE : h->node);
+    c->r.node = (uint16_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
   }
   c->r.kind = (uint8_t)kind;
   c->r.heap = h;
@@ -187,10 +245,14 @@ static void heap_abandon(void *arg) {
   heap_t *h = arg;
   if (!h || locus_tls_heap != h) return;
   heap_collect(h);
+  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
+    if (h->placed[i]) heap_collect(h->placed[i]);
   locus_tls_heap = NULL;
   lock_acquire(&heaps_lock);
   h->state = HEAP_ORPHAN;
   h->tid = 0;
+  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
+    if (h->placed[i]) h->placed[i]->state = HEAP_ORPHAN, h->placed[i]->tid = 0;
   h->next_orphan = orphans;
   orphans = h;
   lock_release(&heaps_lock);
@@ -205,6 +267,7 @@ void heaps_report(void (*line)(void *, const heap_t *), void *ctx) {
 void heaps_counts(size_t *live, size_t *orphaned) {
   lock_acquire(&heaps_lock);
   for (heap_t *h = all_heaps; h; h = h->next_all) {
+    if (h->main != h) continue;        /* placed sub-heaps go with their main heap */
     if (h->state == HEAP_LIVE) ++*live;
     else if (h->state == HEAP_ORPHAN) ++*orphaned;
   }
@@ -220,7 +283,7 @@ static void heaps_fork_parent(void) { lock_release(&heaps_lock); }
 static void heaps_fork_child(void) {
   heap_t *self = locus_tls_heap;
   for (heap_t *h = all_heaps; h; h = h->next_all)
-    if (h != self && h->state == HEAP_LIVE) h->state = HEAP_DEAD;
+    if (h->main != self && h->state == HEAP_LIVE) h->state = HEAP_DEAD;
   if (self) self->tid = os_gettid();
   lock_release(&heaps_lock);
 }
@@ -250,8 +313,8 @@ void locus_init(void) {
   }
   os_features_probe();
   os_stderr_keep();
-  options_init();
   topology_init();
+  options_init();
   sources_init();
   small_init();
   locus_free_key = os_random() | 1;

@@ -3,6 +3,7 @@
 #ifndef LOCUS_HEAP_H
 #define LOCUS_HEAP_H
 
+#include "numa/topology.h"
 #include "registry/registry.h"
 #include "source/source.h"
 #include "types.h"
@@ -52,18 +53,28 @@ typedef struct { mblock_t *head, *tail; } mbin_t;
 
 typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
 
+/* Placement of a heap: a thread's main heap serves malloc; its placed
+ * sub-heaps serve locus_malloc_on_node (one per node) and
+ * locus_malloc_interleaved, from chunks of that placement only. */
+#define PLACE_MAIN (-1)
+#define PLACE_INTERLEAVE TOPO_MAX_NODES
+
 typedef struct heap_s {
   run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel) */
   uintptr_t hot;               /* small chunk that got the latest run, or HOT_NONE:
                                   frees into it skip the registry */
   run_t *partial[NUM_CLASSES]; /* other non-full runs of the class */
   _Atomic(void *) remote;      /* MPSC stack of blocks freed by other threads */
+  struct heap_s *main;         /* the main heap whose thread owns this one (itself for a main heap):
+                                  beside `remote`, which a remote free touches anyway */
+  int place;                   /* PLACE_MAIN, a node id, or PLACE_INTERLEAVE */
   chunk_t *small_chunks;       /* chunks with free run slots first */
   chunk_t *medium_chunks;
   chunk_t *spare;              /* one empty chunk kept to avoid thrashing */
-  source_t *source;
+  source_t *source;            /* placed sub-heaps: where their memory comes from */
   uint64_t mbits[2];           /* non-empty medium bins */
   mbin_t mbins[MEDIUM_BINS];
+  struct heap_s *placed[TOPO_MAX_NODES + 1];   /* main heap: its sub-heaps by place, made on demand */
   struct heap_s *next_all;     /* all heaps ever made */
   struct heap_s *next_orphan;
   long tid;
@@ -105,7 +116,19 @@ static ALWAYS_INLINE heap_t *heap_get(void) {
   if (likely(h)) return h;
   return heap_get_slow();
 }
+/* The source a heap's memory comes from: fixed for a placed sub-heap; for a
+ * main heap, from the process policy (LOCUS_NUMA), the profile and the node
+ * the thread is bound to. */
+source_t *heap_source(heap_t *h);
+/* The calling thread's sub-heap for `place` (made on first use); NULL when
+ * no heap record can be had. h is the calling thread's main heap. */
+heap_t *heap_placed(heap_t *h, int place);
+/* locus_rebind: re-evaluates the thread's node; a change hands the thread a
+ * heap of the new node (its old heap becomes an orphan). Returns the node. */
+int heap_rebind(void);
 void heap_drain_remote(heap_t *h);
+/* malloc's paths on a given heap (api/malloc.c). */
+void *heap_malloc(heap_t *h, size_t size);
 void heap_collect(heap_t *h);
 chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind);
 void heap_chunk_release(heap_t *h, chunk_t *c);
@@ -183,7 +206,7 @@ typedef struct large_s {
   size_t magic;                /* LARGE_LIVE */
 } large_t;
 #define LARGE_LIVE ((size_t)0x4c4f4355534c4756ull)
-void *large_alloc(size_t size, size_t align, bool zero);
+void *large_alloc(heap_t *h, size_t size, size_t align, bool zero);
 void large_free(large_t *l);
 void *large_realloc(large_t *l, void *p, size_t size);
 large_t *large_check(region_t *r, const void *p, const char *fn);

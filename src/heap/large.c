@@ -26,17 +26,16 @@ static size_t region_bytes(size_t off, size_t size) {
   return n < SLICE_SIZE ? SLICE_SIZE : n;
 }
 
-void *large_alloc(size_t size, size_t align, bool zero) {
+void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   if (align > PTRDIFF_MAX / 4) {      /* no address space has room for it */
     errno = ENOMEM;
     return NULL;
   }
-  heap_t *h = heap_get();
   if (unlikely(h == &locus_oom_heap)) {
     errno = ENOMEM;
     return NULL;
   }
-  source_t *src = source_for_node(h->node);
+  source_t *src = heap_source(h);
   size_t off = align <= 64 ? HDR_ROOM + color_offset() : align_up(HDR_ROOM, align);
   size_t slack = align > PAGE_SIZE ? align : 0;   /* regions are only page-aligned */
   if (size > PTRDIFF_MAX - off - slack - PAGE_SIZE) {
@@ -56,7 +55,7 @@ void *large_alloc(size_t size, size_t align, bool zero) {
   large_t *l = (large_t *)base;
   l->r.kind = REGION_LARGE;
   l->r.heap = h;
-  l->r.node = (uint16_t)(h->node < 0 ? NODE_NONE : h->node);
+  l->r.node = (uint16_t)(src->node < 0 ? NODE_NONE : src->node);
   l->user_off = off;
   l->user_size = size;
   l->magic = LARGE_LIVE;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -63,6 +64,10 @@ void os_features_probe(void) {
   if (f.thp != THP_UNSUPPORTED)
     f.huge_page_size = read_number("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", 0);
   f.numa_balancing = (int)read_number("/proc/sys/kernel/numa_balancing", -1);
+  {
+    int mode;                            /* ENOSYS on a kernel built without NUMA */
+    f.numa = syscall(SYS_get_mempolicy, &mode, NULL, 0UL, NULL, 0UL) == 0;
+  }
   struct utsname u;
   if (uname(&u) == 0) fmt_buf(f.kernel, sizeof f.kernel, "%s", u.release);
   void *page = mmap(NULL, f.page_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -12,6 +12,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <linux/mempolicy.h>
+
 #include "os/os.h"
 
 #include "arch/arch.h"
@@ -84,6 +86,38 @@ void os_zero_resident(void *p, size_t size) {
       i = j;
     }
   }
+}
+
+/* ---- NUMA: raw system calls (glibc has no wrappers; libnuma would allocate) */
+static const int policy_modes[] = {MPOL_DEFAULT, MPOL_PREFERRED, MPOL_BIND, MPOL_INTERLEAVE};
+
+bool os_set_policy(void *p, size_t size, os_policy_t policy, const uint64_t *nodes) {
+  if (!os_features.numa) return policy == OS_POLICY_DEFAULT;
+  unsigned long mask[OS_NODE_WORDS] = {0};
+  if (nodes)
+    for (int i = 0; i < OS_NODE_WORDS; i++) mask[i] = nodes[i];
+  long r = syscall(SYS_mbind, p, size, policy_modes[policy], policy == OS_POLICY_DEFAULT ? NULL : mask,
+                   policy == OS_POLICY_DEFAULT ? 0UL : (unsigned long)(OS_NODE_WORDS * 64 + 1), 0U);
+  return r == 0;
+}
+
+bool os_page_nodes(void *const *pages, size_t n, int *status) {
+  if (!os_features.numa) return false;
+  return syscall(SYS_move_pages, 0, n, pages, NULL, status, 0) == 0;
+}
+
+bool os_move_pages(void *const *pages, size_t n, const int *nodes, int *status) {
+  if (!os_features.numa) return false;
+  return syscall(SYS_move_pages, 0, n, pages, nodes, status, MPOL_MF_MOVE) >= 0;
+}
+
+bool os_allowed_nodes(uint64_t *nodes) {
+  unsigned long mask[OS_NODE_WORDS] = {0};
+  if (!os_features.numa ||
+      syscall(SYS_get_mempolicy, NULL, mask, (unsigned long)(OS_NODE_WORDS * 64 + 1), NULL, MPOL_F_MEMS_ALLOWED) != 0)
+    return false;
+  for (int i = 0; i < OS_NODE_WORDS; i++) nodes[i] = mask[i];
+  return true;
 }
 
 uint64_t os_random(void) {

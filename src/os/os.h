@@ -16,6 +16,20 @@ bool os_free_lazily(void *p, size_t size);  /* MADV_FREE, or MADV_DONTNEED witho
 /* Clears [p, p+size) (page-aligned bounds), touching only resident pages. */
 void os_zero_resident(void *p, size_t size);
 
+/* ---- NUMA ----------------------------------------------------------------- */
+/* Memory policies of a range, applied before its first touch (mbind); masks
+ * are bitmaps of node ids, OS_NODE_WORDS 64-bit words. */
+#define OS_NODE_WORDS 1                    /* node ids 0..63 */
+typedef enum { OS_POLICY_DEFAULT = 0, OS_POLICY_PREFERRED, OS_POLICY_BIND, OS_POLICY_INTERLEAVE } os_policy_t;
+bool os_set_policy(void *p, size_t size, os_policy_t policy, const uint64_t *nodes);
+/* Node of each page (status[i]: node, or a negative errno such as -ENOENT
+ * for a page not resident); false if the kernel has no NUMA support. */
+bool os_page_nodes(void *const *pages, size_t n, int *status);
+/* Moves pages to nodes[i] (batched move_pages); status as above. */
+bool os_move_pages(void *const *pages, size_t n, const int *nodes, int *status);
+/* Nodes the process may allocate on (cpuset mems), from the kernel. */
+bool os_allowed_nodes(uint64_t *nodes);
+
 /* ---- processes, threads, files ------------------------------------------ */
 uint64_t os_random(void);
 long os_gettid(void);
@@ -60,6 +74,7 @@ typedef struct {
   bool madv_free;              /* MADV_FREE (Linux 4.5) */
   bool madv_populate_write;    /* MADV_POPULATE_WRITE (Linux 5.14) */
   bool page_reuse;             /* OS_MADV_PAGE_REUSE (locus kernel series) */
+  bool numa;                   /* the kernel has NUMA system calls (mbind, move_pages) */
   bool secure;                 /* secure-execution mode */
   char kernel[65];             /* uname release */
 } os_features_t;

@@ -19,25 +19,57 @@
 #include "util/options.h"
 #include "util/stats.h"
 
-#define MAX_NODES 64
-static source_t generic_source = {.node = -1};
-static source_t node_sources[MAX_NODES];
-static int nsources;
+/* [0] generic, [1] interleaved, [2 + n] node n. */
+static source_t sources[2 + TOPO_MAX_NODES];
+static int nsources = 2;
+#define generic_source sources[0]
 
 void sources_init(void) {
-  nsources = topology_nodes();
-  if (nsources > MAX_NODES) nsources = MAX_NODES;
-  for (int i = 0; i < nsources; i++) node_sources[i].node = i;
+  nsources = 2 + topology_node_limit();
+  sources[0].node = SOURCE_GENERIC;
+  sources[0].policy = OS_POLICY_DEFAULT;
+  if (locus_opt.numa_policy == NUMA_PREFERRED) {
+    sources[0].policy = OS_POLICY_PREFERRED;
+    sources[0].policy_nodes = (uint64_t)1 << locus_opt.numa_node;
+  }
+  sources[1].node = SOURCE_INTERLEAVE;
+  sources[1].policy = OS_POLICY_INTERLEAVE;
+  sources[1].policy_nodes = topology_allowed_mask();
+  for (int n = 0; n < nsources - 2; n++) {
+    sources[2 + n].node = n;
+    sources[2 + n].policy = OS_POLICY_BIND;
+    sources[2 + n].policy_nodes = (uint64_t)1 << n;
+  }
 }
+
+source_t *source_of_node(int node) {
+  LOCUS_ASSERT(topology_node_allowed(node));
+  return &sources[2 + node];
+}
+
+source_t *source_interleave(void) { return &sources[1]; }
 
 source_t *source_for_node(int node) {
-  if (node < 0 || node >= nsources || atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) != PROFILE_NUMA) return &generic_source;
-  return &node_sources[node];
+  if (node < 0 || atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) != PROFILE_NUMA)
+    return &generic_source;
+  return source_of_node(node);
 }
 
-#define FOR_EACH_SOURCE(s)                                                             \
-  for (source_t *s = &generic_source, *_end = &node_sources[nsources]; s != _end;       \
-       s = (s == &generic_source ? node_sources : s + 1))
+#define FOR_EACH_SOURCE(s) for (source_t *s = sources, *_end = &sources[nsources]; s != _end; s++)
+
+/* Fresh memory with the source's placement policy, set before any page is
+ * touched. A policy the kernel refuses (a node taken away by the cpuset since
+ * start-up) fails the mapping: memory that would break the promise is not
+ * handed out. */
+static void *source_map(source_t *s, size_t size) {
+  void *p = os_map(size);
+  if (p && s->policy != OS_POLICY_DEFAULT && !os_set_policy(p, size, (os_policy_t)s->policy, &s->policy_nodes) &&
+      os_features.numa) {
+    os_unmap(p, size);
+    return NULL;
+  }
+  return p;
+}
 
 size_t source_cached_total(void) {
   size_t n = 0;
@@ -133,8 +165,8 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
   if (flags & SRC_CACHED_ONLY) return NULL;
   s->misses++;
   stat_add(&locus_stats.misses, 1);
-  void *p = os_map(size);
-  if (!p && source_release_all()) p = os_map(size);   /* under RLIMIT_AS: drop caches first */
+  void *p = source_map(s, size);
+  if (!p && source_release_all()) p = source_map(s, size);   /* under RLIMIT_AS: drop caches first */
   if (!p) return NULL;
   return region_init(s, p, size, true, new_map_id());
 }

@@ -14,9 +14,20 @@ typedef struct seg_s {
 } seg_t;
 
 #define SOURCE_SLOTS 128
+/* Sources: the generic one (memory placed by the kernel's first touch, or
+ * preferred on a node with LOCUS_NUMA=preferred:N), one per node (memory
+ * bound to the node: mbind before the first touch, so every page of it is
+ * there, whichever thread touches it), and the interleaved one (pages
+ * round-robin over the allowed nodes). A region goes back to the source it
+ * came from: memory of node X is reused on node X only. */
+#define SOURCE_GENERIC (-1)
+#define SOURCE_INTERLEAVE (-2)
+
 typedef struct source_s {
   lock_t lock;
-  int node;                    /* -1: the generic source */
+  int node;                    /* a node id, SOURCE_GENERIC or SOURCE_INTERLEAVE */
+  int policy;                  /* os_policy_t applied to its fresh mappings */
+  uint64_t policy_nodes;       /* node mask of the policy */
   /* atomics so that reports may read them without the lock */
   atomic_size_t cached;        /* bytes in seg[] */
   atomic_size_t in_use;        /* bytes handed out and not yet returned */
@@ -40,7 +51,12 @@ bool source_extend(region_t *r, size_t new_size);
 region_t *source_resize(region_t *r, size_t new_size);
 size_t source_release_all(void);
 size_t source_trim(source_t *s, size_t keep);
-source_t *source_for_node(int node);      /* node < 0: generic */
+/* The source of a thread bound to `node` (-1: not bound) under the current
+ * profile: its node's source with the numa profile, else the generic one. */
+source_t *source_for_node(int node);
+/* The source whose memory is on `node` (an allowed node), whatever the profile. */
+source_t *source_of_node(int node);
+source_t *source_interleave(void);
 size_t source_cached_total(void);
 void sources_init(void);
 void sources_fork_prepare(void);

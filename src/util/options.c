@@ -27,6 +27,8 @@ options_t locus_opt = {
   .large_threshold = 1 * MiB,
   .lazy_release = false,
   .color = true,
+  .numa_policy = NUMA_LOCAL,
+  .numa_node = -1,
 };
 
 static const char *const profile_names[] = {"eco", "uma", "numa", NULL};
@@ -95,7 +97,7 @@ static size_t format_size(char *buf, size_t len, size_t v) {
 }
 
 /* ---- the table ------------------------------------------------------------- */
-typedef enum { T_BOOL, T_SIZE, T_ENUM, T_STRING } opt_type_t;
+typedef enum { T_BOOL, T_SIZE, T_ENUM, T_STRING, T_NUMA } opt_type_t;
 
 typedef struct {
   option_info_t info;
@@ -140,6 +142,11 @@ static option_t table[] = {
   {{"stats_file", "LOCUS_STATS_FILE", "string", "", "a path (up to 255 bytes)",
     "Append the statistics report to this file instead of stderr. Ignored in secure-execution mode.", RT},
    T_STRING, 0, 0, NULL, NULL, NULL},
+  {{"numa", "LOCUS_NUMA", "policy", "local", "local, interleave, bind:N, preferred:N (N an allowed node)",
+    "Where memory goes when the program does not say: local (the thread's node when it is bound to one "
+    "node and the profile is numa, else first touch), interleave (pages round-robin over the allowed "
+    "nodes), bind:N (every page on node N), preferred:N (node N while it has free memory).", START},
+   T_NUMA, 0, 0, NULL, NULL, NULL},
   {{"verbose", "LOCUS_VERBOSE", "bool", "0", "0/1, yes/no, on/off, true/false",
     "Print a banner (version, profile, nodes, kernel features) and the effective settings at start.", RT},
    T_BOOL, 0, 0, NULL, &locus_opt.verbose, NULL},
@@ -156,8 +163,36 @@ static option_t *find(const char *name) {
 }
 
 /* Parses and stores; false when the value is not acceptable (nothing changes). */
+static const char *const numa_names[] = {"local", "interleave", "bind", "preferred"};
+
+/* "local", "interleave", "bind:N", "preferred:N" with N an allowed node. */
+static bool parse_numa(const char *v, numa_policy_t *policy, int *node) {
+  for (int i = 0; i < 4; i++) {
+    size_t n = strlen(numa_names[i]);
+    if (strncmp(v, numa_names[i], n)) continue;
+    bool needs_node = i >= NUMA_BIND;
+    if (!needs_node) {
+      if (v[n]) return false;
+      *policy = (numa_policy_t)i;
+      *node = -1;
+      return true;
+    }
+    if (v[n] != ':' || v[n + 1] < '0' || v[n + 1] > '9') return false;
+    int id = 0;
+    const char *p = v + n + 1;
+    for (; *p >= '0' && *p <= '9' && id < TOPO_MAX_NODES; p++) id = id * 10 + (*p - '0');
+    if (*p || !topology_node_allowed(id)) return false;
+    *policy = (numa_policy_t)i;
+    *node = id;
+    return true;
+  }
+  return false;
+}
+
 static bool store(option_t *o, const char *v) {
   switch (o->type) {
+  case T_NUMA:
+    return parse_numa(v, &locus_opt.numa_policy, &locus_opt.numa_node);
   case T_BOOL: {
     bool b;
     if (!parse_bool(v, &b)) return false;
@@ -199,6 +234,9 @@ static size_t value_text(const option_t *o, char *buf, size_t len) {
     options_stats_file(tmp, sizeof tmp);
     return fmt_buf(buf, len, "%s", tmp);
   }
+  case T_NUMA:
+    if (locus_opt.numa_policy < NUMA_BIND) return fmt_buf(buf, len, "%s", numa_names[locus_opt.numa_policy]);
+    return fmt_buf(buf, len, "%s:%d", numa_names[locus_opt.numa_policy], locus_opt.numa_node);
   }
   return 0;
 }
@@ -223,6 +261,9 @@ void options_init(void) {
     if (o->type == T_SIZE)
       locus_warn("%s=\"%s\" is not a size in [%s] (a number with an optional k, M, G or T suffix); "
                  "using the default %s", o->info.env, s, o->info.range, o->info.def);
+    else if (o->type == T_NUMA)
+      locus_warn("%s=\"%s\" is not one of %s (allowed nodes: %d of %d); using the default %s", o->info.env, s,
+                 o->info.range, topology_allowed_count(), topology_nodes(), o->info.def);
     else if (o->type == T_STRING)
       locus_warn("%s is longer than %zu bytes; using the default (stderr)", o->info.env, sizeof stats_file - 1);
     else
@@ -251,9 +292,9 @@ void options_print(void) {
              "page %zu KiB, kernel %s", locus_version(), os_getpid(), ARCH_NAME, BUILD_KIND, BUILD_TLS,
              profile_name(atomic_load(&locus_opt.profile)), topology_nodes(),
              topology_nodes() == 1 ? "" : "s", os_thp_name(f->thp), f->page_size / 1024, f->kernel);
-  locus_note("kernel features: MADV_FREE %s, MADV_POPULATE_WRITE %s, page reuse %s, NUMA balancing %d",
-             f->madv_free ? "yes" : "no", f->madv_populate_write ? "yes" : "no",
-             f->page_reuse ? "yes" : "no", f->numa_balancing);
+  locus_note("kernel features: MADV_FREE %s, MADV_POPULATE_WRITE %s, page reuse %s, NUMA calls %s, "
+             "NUMA balancing %d", f->madv_free ? "yes" : "no", f->madv_populate_write ? "yes" : "no",
+             f->page_reuse ? "yes" : "no", f->numa ? "yes" : "no", f->numa_balancing);
   for (size_t i = 0; i < NOPTIONS; i++) {
     char v[300];
     value_text(&table[i], v, sizeof v);

@@ -9,6 +9,8 @@
 #include <stddef.h>
 
 typedef enum { PROFILE_ECO = 0, PROFILE_UMA = 1, PROFILE_NUMA = 2 } profile_t;
+/* LOCUS_NUMA, in numactl's terms: where memory goes when the program does not say. */
+typedef enum { NUMA_LOCAL = 0, NUMA_INTERLEAVE, NUMA_BIND, NUMA_PREFERRED } numa_policy_t;
 
 /* The effective values. Fields that may change at run time are atomics:
  * locus_option_set may run beside allocations. */
@@ -22,12 +24,14 @@ typedef struct {
   atomic_bool color;               /* random 64-byte start offset for large blocks */
   atomic_bool stats;               /* print statistics at exit */
   atomic_bool verbose;
+  numa_policy_t numa_policy;       /* start-up only */
+  int numa_node;                   /* the N of bind:N and preferred:N */
 } options_t;
 
 extern options_t locus_opt;
 
 /* Reads the environment (ignored in secure-execution mode), warns about bad
- * values; no allocation. */
+ * values; no allocation. Runs after topology_init: LOCUS_NUMA names nodes. */
 void options_init(void);
 /* Prints the banner and the effective settings (LOCUS_VERBOSE=1). */
 void options_print(void);

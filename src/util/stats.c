@@ -49,10 +49,14 @@ static void text(text_t *t, const char *fmt, ...) {
   va_end(ap);
 }
 
+typedef struct { text_t *t; int n; } list_ctx_t;
+
 static void json_source(void *ctx, const source_t *s) {
-  text_t *t = ctx;
-  text(t, "%s{\"node\":%d,\"in_use\":%zu,\"cached\":%zu,\"segments\":%zu,\"hits\":%zu,\"misses\":%zu}",
-       s->node < 0 ? "" : ",", s->node, s->in_use, s->cached, s->nseg, s->hits, s->misses);
+  list_ctx_t *c = ctx;
+  text(c->t, "%s{\"node\":%d,\"kind\":\"%s\",\"in_use\":%zu,\"cached\":%zu,\"segments\":%zu,\"hits\":%zu,"
+       "\"misses\":%zu}", c->n++ ? "," : "", s->node,
+       s->node == SOURCE_GENERIC ? "generic" : s->node == SOURCE_INTERLEAVE ? "interleave" : "node",
+       (size_t)s->in_use, (size_t)s->cached, (size_t)s->nseg, (size_t)s->hits, (size_t)s->misses);
 }
 
 static const char *const heap_states[] = {"live", "orphan", "dead"};
@@ -62,9 +66,9 @@ typedef struct { text_t *t; int n; } heap_ctx_t;
 
 static void json_heap(void *ctx, const heap_t *h) {
   heap_ctx_t *c = ctx;
-  text(c->t, "%s{\"tid\":%d,\"state\":\"%s\",\"node\":%d,\"chunk_bytes\":%zu,\"large_bytes\":%zu,"
+  text(c->t, "%s{\"tid\":%d,\"state\":\"%s\",\"place\":%d,\"node\":%d,\"chunk_bytes\":%zu,\"large_bytes\":%zu,"
        "\"large_allocs\":%zu,\"remote_frees\":%zu}", c->n++ ? "," : "", (int)h->tid, heap_states[h->state],
-       h->node, HLD(h, st_chunk_bytes), HLD(h, st_large_bytes), HLD(h, st_large_allocs), HLD(h, st_remote_frees));
+       h->place, h->node, HLD(h, st_chunk_bytes), HLD(h, st_large_bytes), HLD(h, st_large_allocs), HLD(h, st_remote_frees));
 }
 
 LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
@@ -81,9 +85,9 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
   t.n += options_json(room ? t.buf + t.n : NULL, room);
   text(&t, "},\"features\":{\"kernel\":\"%s\",\"page_size\":%zu,\"huge_page_size\":%zu,\"thp\":\"%s\","
        "\"numa_nodes\":%d,\"numa_balancing\":%d,\"madv_free\":%s,\"madv_populate_write\":%s,"
-       "\"page_reuse\":%s,\"secure\":%s},", f->kernel, f->page_size, f->huge_page_size, os_thp_name(f->thp),
+       "\"page_reuse\":%s,\"numa\":%s,\"secure\":%s},", f->kernel, f->page_size, f->huge_page_size, os_thp_name(f->thp),
        topology_nodes(), f->numa_balancing, f->madv_free ? "true" : "false",
-       f->madv_populate_write ? "true" : "false", f->page_reuse ? "true" : "false", f->secure ? "true" : "false");
+       f->madv_populate_write ? "true" : "false", f->page_reuse ? "true" : "false", f->numa ? "true" : "false", f->secure ? "true" : "false");
   text(&t, "\"bytes_in_use\":%zu,\"bytes_cached\":%zu,\"peak_footprint\":%zu,", st.bytes_in_use,
        st.bytes_cached, st.peak_footprint);
   text(&t, "\"mmap_calls\":%zu,\"munmap_calls\":%zu,\"mremap_calls\":%zu,\"madvise_calls\":%zu,",
@@ -91,7 +95,8 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
   text(&t, "\"cache_hits\":%zu,\"cache_misses\":%zu,\"bytes_returned\":%zu,", st.cache_hits,
        st.cache_misses, st.bytes_returned);
   text(&t, "\"heaps_live\":%zu,\"heaps_orphaned\":%zu,\"sources\":[", st.heaps_live, st.heaps_orphaned);
-  sources_report(json_source, &t);
+  list_ctx_t sc = {&t, 0};
+  sources_report(json_source, &sc);
   text(&t, "],\"heaps\":[");
   heap_ctx_t hc = {&t, 0};
   heaps_report(json_heap, &hc);
@@ -106,7 +111,8 @@ static void mib(text_t *t, const char *label, size_t v) {
 
 static void report_source(void *ctx, const source_t *s) {
   text_t *t = ctx;
-  if (s->node < 0) text(t, "  source generic : ");
+  if (s->node == SOURCE_GENERIC) text(t, "  source generic : ");
+  else if (s->node == SOURCE_INTERLEAVE) text(t, "  source interleaved : ");
   else text(t, "  source node %d  : ", s->node);
   text(t, "in use %zu KiB, cached %zu KiB in %zu segments, %zu hits, %zu misses\n", s->in_use / KiB,
        s->cached / KiB, s->nseg, s->hits, s->misses);
