@@ -83,6 +83,16 @@ int locus_thread_node(void);
  * locus_thread_node. */
 int locus_rebind(void);
 
+/* Migrate-on-next-touch: the pages of [p, p+len), inside one large block
+ * (above LOCUS_LARGE_THRESHOLD), move to the node of the next thread that
+ * touches them (whole pages; the block's pages only). Returns 0, or -1 with
+ * errno = EINVAL (not inside one live large block of locus, len 0), EBUSY
+ * (overlaps a range not yet touched), EAGAIN (256 ranges pending). Works
+ * through page protection and a SIGSEGV handler that passes every other fault
+ * to the program's own handler, if installed before. Freeing or resizing the
+ * block cancels what is still pending. See docs/numa.md for its cost. */
+int locus_next_touch(void *p, size_t len);
+
 /* Return every cached (free but retained) byte of every memory source to the
  * OS now. Returns the number of bytes released. Resident memory goes down. */
 size_t locus_release(void);

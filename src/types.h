@@ -67,13 +67,18 @@ typedef enum {
 struct source_s;
 struct heap_s;
 
-#define NODE_NONE 0xffff              /* region_t.node of memory from the generic source */
+#define NODE_NONE 0xff                /* region_t.node of memory not bound to a node */
+
+/* region_t.flags */
+#define REGION_NEXT_TOUCH 1u          /* locus_next_touch was asked on it (large blocks) */
+#define REGION_MISPLACED 2u           /* pages may have left the source's node: not cached again */
 
 typedef struct region_s {
   size_t size;                 /* mapped bytes from the region start */
   uint8_t kind;                /* region_kind_t */
   uint8_t zeroed;              /* memory came fresh from the OS */
-  uint16_t node;               /* NUMA node of the source, or NODE_NONE */
+  uint8_t node;                /* NUMA node of the source, or NODE_NONE */
+  uint8_t flags;               /* REGION_* */
   uint32_t map;                /* kernel mapping (VMA) the region lies in, see source.c */
   struct source_s *source;     /* where the memory returns */
   struct heap_s *heap;         /* owner (chunks); allocating heap (large: statistics only) */

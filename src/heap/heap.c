@@ -204,7 +204,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   } else {
     c = (chunk_t *)source_alloc(heap_source(h), size, SRC_EXACT);
     if (!c) return NULL;
-    c->r.node = (uint16_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
+    c->r.node = (uint8_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
   }
   c->r.kind = (uint8_t)kind;
   c->r.heap = h;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "heap/heap.h"
+#include "numa/next_touch.h"
 #include "os/os.h"
 #include "util/options.h"
 
@@ -55,7 +56,7 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   large_t *l = (large_t *)base;
   l->r.kind = REGION_LARGE;
   l->r.heap = h;
-  l->r.node = (uint16_t)(src->node < 0 ? NODE_NONE : src->node);
+  l->r.node = (uint8_t)(src->node < 0 ? NODE_NONE : src->node);
   l->user_off = off;
   l->user_size = size;
   l->magic = LARGE_LIVE;
@@ -87,6 +88,7 @@ large_t *large_check(region_t *r, const void *p, const char *fn) {
 }
 
 void large_free(large_t *l) {
+  if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);
   l->magic = 0;
   atomic_fetch_sub_explicit(&l->r.heap->st_large_bytes, l->r.size, memory_order_relaxed);
   registry_remove(&l->r);
@@ -147,6 +149,7 @@ static void *large_move(large_t *l, void *p, size_t size, size_t total, registry
 
 /* realloc of a large block: in place when the new size fits, else large_move. */
 void *large_realloc(large_t *l, void *p, size_t size) {
+  if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);
   size_t off = l->user_off;
   if (size > PTRDIFF_MAX - off - PAGE_SIZE - SLICE_SIZE) {
     errno = ENOMEM;

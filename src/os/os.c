@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
@@ -18,6 +19,7 @@
 
 #include "arch/arch.h"
 #include "types.h"
+#include "util/lock.h"
 #include "util/stats.h"
 
 extern char **environ;
@@ -118,6 +120,57 @@ bool os_allowed_nodes(uint64_t *nodes) {
     return false;
   for (int i = 0; i < OS_NODE_WORDS; i++) nodes[i] = mask[i];
   return true;
+}
+
+int os_current_node(void) {
+  unsigned cpu = 0, node = 0;
+  if (syscall(SYS_getcpu, &cpu, &node, NULL) != 0) return -1;
+  return (int)node;
+}
+
+bool os_protect(void *p, size_t size, bool accessible) {
+  return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
+}
+
+static os_fault_fn fault_ours;
+static struct sigaction fault_previous;
+static lock_t fault_lock;
+static bool fault_installed;
+
+static void fault_handler(int sig, siginfo_t *info, void *uctx) {
+  int saved = errno;
+  if (fault_ours && fault_ours(info->si_addr)) {
+    errno = saved;
+    return;                              /* the access is retried and now succeeds */
+  }
+  errno = saved;
+  if (fault_previous.sa_flags & SA_SIGINFO) {
+    if (fault_previous.sa_sigaction) {
+      fault_previous.sa_sigaction(sig, info, uctx);
+      return;
+    }
+  } else if (fault_previous.sa_handler != SIG_DFL && fault_previous.sa_handler != SIG_IGN) {
+    fault_previous.sa_handler(sig);
+    return;
+  }
+  /* Not ours and nobody else's: the default action, on the retried access. */
+  signal(sig, SIG_DFL);
+}
+
+bool os_fault_handler_install(os_fault_fn ours) {
+  lock_acquire(&fault_lock);
+  bool ok = fault_installed;
+  if (!ok) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = fault_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    fault_ours = ours;
+    ok = fault_installed = sigaction(SIGSEGV, &sa, &fault_previous) == 0;
+  }
+  lock_release(&fault_lock);
+  return ok;
 }
 
 uint64_t os_random(void) {

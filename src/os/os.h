@@ -29,6 +29,16 @@ bool os_page_nodes(void *const *pages, size_t n, int *status);
 bool os_move_pages(void *const *pages, size_t n, const int *nodes, int *status);
 /* Nodes the process may allocate on (cpuset mems), from the kernel. */
 bool os_allowed_nodes(uint64_t *nodes);
+/* The node of the CPU the calling thread runs on now, or -1. */
+int os_current_node(void);
+
+/* ---- protection and faults (next-touch) ----------------------------------- */
+bool os_protect(void *p, size_t size, bool accessible);
+/* Installs, once, a SIGSEGV handler that asks `ours` about each fault; a
+ * fault it does not claim goes to the handler the program had installed
+ * before (or to the default action). Async-signal-safe `ours` only. */
+typedef bool (*os_fault_fn)(void *addr);
+bool os_fault_handler_install(os_fault_fn ours);
 
 /* ---- processes, threads, files ------------------------------------------ */
 uint64_t os_random(void);

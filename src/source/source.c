@@ -200,7 +200,11 @@ void source_free(region_t *r) {
   stat_sub(&locus_stats.in_use, size);
   s->in_use -= size;
   size_t bound = atomic_load_explicit(&locus_opt.cache_bound, memory_order_relaxed);
-  if (size > atomic_load_explicit(&locus_opt.cache_max_segment, memory_order_relaxed) || size > bound) {
+  /* Pages moved away from a placed source's node (next-touch) must not be
+   * handed out again as that node's memory. */
+  bool misplaced = (r->flags & REGION_MISPLACED) && s->node != SOURCE_GENERIC;
+  if (misplaced || size > atomic_load_explicit(&locus_opt.cache_max_segment, memory_order_relaxed) ||
+      size > bound) {
     os_unmap(p, size);
     return;
   }

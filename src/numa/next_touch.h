@@ -1,0 +1,13 @@
+/* Migrate-on-next-touch of ranges of large blocks (numa/next_touch.c). */
+#ifndef LOCUS_NEXT_TOUCH_H
+#define LOCUS_NEXT_TOUCH_H
+
+#include "types.h"
+
+/* Cancels the pending ranges of a block about to be freed or resized: they
+ * become accessible where they are. */
+void next_touch_cancel(region_t *owner);
+size_t next_touch_moved_pages(void);
+size_t next_touch_faults(void);
+
+#endif /* LOCUS_NEXT_TOUCH_H */
