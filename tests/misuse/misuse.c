@@ -413,7 +413,13 @@ static int run_case(const case_t *c, const char *self) {
     dup2(fileno(out), 1);
     dup2(fileno(err), 2);
     alarm(30); /* a hang (a corrupted free list, a spinning lock) ends as SIGALRM */
-    execl(self, self, "--child", c->name, (char *)NULL);
+    /* Cross builds (tests/cross): an aarch64 program under qemu-user cannot
+     * exec itself, the kernel would not know the binary; the child runs under
+     * the emulator named by LOCUS_TEST_EMULATOR ("qemu-aarch64 -L ..."). */
+    if (getenv("LOCUS_TEST_EMULATOR") && *getenv("LOCUS_TEST_EMULATOR"))
+      execl("/bin/sh", "sh", "-c", "exec $LOCUS_TEST_EMULATOR \"$0\" --child \"$1\"", self, c->name, (char *)NULL);
+    else
+      execl(self, self, "--child", c->name, (char *)NULL);
     _exit(127);
   }
   int st;

@@ -159,7 +159,9 @@ static void run_child(const char *env, const char *mode, char *out, size_t len) 
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   CHECK(n > 0, "readlink");
   self[n] = 0;
-  snprintf(cmd, sizeof cmd, "env %s %s %s 2>&1", env, self, mode);
+  /* LOCUS_TEST_EMULATOR: cross builds run the child under qemu-user too (tests/cross) */
+  const char *emu = getenv("LOCUS_TEST_EMULATOR");
+  snprintf(cmd, sizeof cmd, "env %s %s %s %s 2>&1", env, emu ? emu : "", self, mode);
   FILE *f = popen(cmd, "r");
   CHECK(f, "popen");
   size_t got = fread(out, 1, len - 1, f);

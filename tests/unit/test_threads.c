@@ -13,6 +13,11 @@
 #include "check.h"
 #include "locus.h"
 
+/* Set when the test runs under qemu-user (the aarch64 build of tests/cross,
+ * whose emulator command sets LOCUS_TEST_EMULATOR): two checks that measure
+ * the emulator rather than locus are left out there. */
+static int emulated;
+
 static uint64_t rnd(uint64_t *s) {
   *s ^= *s << 13;
   *s ^= *s >> 7;
@@ -128,7 +133,12 @@ static void test_churn(void) {
   /* Heaps are adopted, not created per thread: a handful of heaps, bounded RSS. */
   CHECK(st.heaps_live + st.heaps_orphaned <= 8, "heaps were not reused: %lu",
         (unsigned long)(st.heaps_live + st.heaps_orphaned));
-  CHECK(after < before + 64 * 1024, "RSS grew by %zu KiB over %d threads", after - before, CHURN);
+  /* Under qemu-user the process is the emulator, which keeps ~280 KiB per
+   * exited guest thread whatever the allocator: no RSS bound there. */
+  if (emulated)
+    printf("churn: RSS bound not checked under an emulator (LOCUS_TEST_EMULATOR is set)\n");
+  else
+    CHECK(after < before + 64 * 1024, "RSS grew by %zu KiB over %d threads", after - before, CHURN);
 }
 
 /* ---- fork while other threads allocate */
@@ -162,9 +172,14 @@ static void test_fork(void) {
         if (!keep[k]) _exit(2);
         memset(keep[k], 1, n);
       }
-      pthread_t c;   /* threads work in the child too */
-      if (pthread_create(&c, NULL, churner, (void *)0) != 0) _exit(3);
-      pthread_join(c, NULL);
+      /* Threads work in the child too; not under qemu-user 7.2, where a
+       * thread created in a child forked from a multi-threaded process
+       * crashes the emulator (cpu_exec: assertion cpu == current_cpu). */
+      if (!emulated) {
+        pthread_t c;
+        if (pthread_create(&c, NULL, churner, (void *)0) != 0) _exit(3);
+        pthread_join(c, NULL);
+      }
       _exit(0);
     }
     int st;
@@ -175,6 +190,8 @@ static void test_fork(void) {
 }
 
 int main(void) {
+  emulated = getenv("LOCUS_TEST_EMULATOR") != NULL;
+  if (emulated) printf("test_threads: under an emulator: no RSS bound, no thread in the forked children\n");
   test_producer_consumer();
   test_churn();
   test_fork();
