@@ -111,7 +111,7 @@ extract_elf() {
     st=1
   done
   # XEN_ELFNOTE_PHYS32_ENTRY (18): QEMU's PVH boot needs it.
-  if ((st == 0)) && readelf -n "$out.tmp" 2>/dev/null | grep -qE 'Xen.*(0x00000012|PHYS32_ENTRY)'; then
+  if ((st == 0)) && grep -qE 'Xen.*(0x00000012|PHYS32_ENTRY)' <<<"$(readelf -n "$out.tmp" 2>/dev/null)"; then
     mv "$out.tmp" "$out"
     return 0
   fi
@@ -148,12 +148,18 @@ fi
 command -v apt-get >/dev/null 2>&1 || skip "no apt-get: not a Debian system; set LOCUS_GUEST_KERNEL to an x86-64 vmlinuz with NUMA built in"
 command -v dpkg-deb >/dev/null 2>&1 || skip "no dpkg-deb; set LOCUS_GUEST_KERNEL to an x86-64 vmlinuz with NUMA built in"
 
-# Package names the lists know, newest first, filtered by an extended regex.
-# Only names with a download candidate count.
-candidates() {
+# The newest package name the lists know that matches an extended regex and
+# has a download candidate.
+candidate() {
   apt-cache search --names-only "$1" 2>/dev/null | awk '{print $1}' | grep -E "$1" | sort -rV |
     while read -r p; do
-      if apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [^(]'; then echo "$p"; fi
+      # (Not "apt-cache policy | grep -q": with pipefail, grep's early exit
+      # could fail the test by a SIGPIPE.)
+      pol=$(apt-cache policy "$p" 2>/dev/null) || continue
+      case "$pol" in
+        *"Candidate: ("*) ;;
+        *"Candidate: "*) echo "$p"; break ;;
+      esac
     done
 }
 
@@ -163,9 +169,9 @@ choose() {
     echo "$LOCUS_GUEST_KERNEL_PKG"
     return 0
   fi
-  p=$(candidates '^linux-image-6\.12\.[0-9]+\+deb[0-9]+-amd64-unsigned$' | head -n 1)
+  p=$(candidate '^linux-image-6\.12\.[0-9]+\+deb[0-9]+-amd64-unsigned$')
   if [ -n "$p" ]; then echo "$p"; return 0; fi
-  p=$(candidates '^linux-image-[0-9][0-9.]*(-[0-9]+|\.[0-9]+\+deb[0-9]+)-amd64(-unsigned)?$' | head -n 1)
+  p=$(candidate '^linux-image-[0-9][0-9.]*(-[0-9]+|\.[0-9]+\+deb[0-9]+)-amd64(-unsigned)?$')
   if [ -n "$p" ]; then
     say "no linux-image-6.12.*-amd64-unsigned available; taking the newest generic kernel there is: $p"
     echo "$p"
