@@ -17,15 +17,16 @@
 # NUMA, ACPI SRAT, the 8250 serial console, devtmpfs and initramfs support
 # built in (no modules are needed).  The package is only downloaded
 # (`apt-get download`) and unpacked into a temporary directory (`dpkg-deb -x`),
-# never installed.  The vmlinuz (and the kernel's config, for reference) is
-# kept outside the repository:
+# never installed.  The vmlinuz, the vmlinux taken out of it and the kernel's
+# config (for reference) are kept outside the repository:
 #
 #   ${LOCUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/locus}/guest-kernel/vmlinuz-<version>
 #
 # Choice of package: $LOCUS_GUEST_KERNEL_PKG if set, else the newest
 # linux-image-6.12.*-amd64-unsigned the package lists know, else the newest
 # linux-image-<version>-amd64[-unsigned] of any version (said on stderr).
-# $LOCUS_GUEST_KERNEL, if set, names a vmlinuz to use as it is.
+# $LOCUS_GUEST_KERNEL, if set, names a kernel image to use as it is (printed
+# for both forms).
 #
 # Exit status: 0 and the path on stdout; 77 (the test suite's "skip") with the
 # reason on stderr when no kernel can be had; 1 on a usage error.
@@ -45,6 +46,8 @@ esac
 
 if [ -n "${LOCUS_GUEST_KERNEL:-}" ]; then
   [ -r "$LOCUS_GUEST_KERNEL" ] || skip "LOCUS_GUEST_KERNEL=$LOCUS_GUEST_KERNEL is not a readable file"
+  echo "$LOCUS_GUEST_KERNEL"
+  exit 0
 fi
 
 cache_root=${LOCUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/locus}
@@ -134,11 +137,6 @@ finish() {
   echo "$z"
   exit 0
 }
-
-if [ -n "${LOCUS_GUEST_KERNEL:-}" ]; then
-  echo "$LOCUS_GUEST_KERNEL"
-  exit 0
-fi
 
 if [ "$refresh" = 0 ]; then
   k=$(cached)
