@@ -37,9 +37,11 @@
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
 /* PAGE_SIZE is locus's mapping granule: every region, cached segment, split
- * and unmap is a multiple of it. It is the largest base page the architecture
- * allows (4 KiB on x86-64, 64 KiB on aarch64), so one binary is correct under
- * any kernel page size; os_page_size() is the real one. */
+ * and unmap *size* is a multiple of it. It is the largest base page the
+ * architecture allows (4 KiB on x86-64, 64 KiB on aarch64), so one binary is
+ * correct under any kernel page size. Addresses are only as aligned as the
+ * kernel's pages (mmap and mremap promise no more): os_page_size(), which
+ * every alignment guarantee uses. */
 #define PAGE_SIZE ARCH_PAGE_MAX
 #define CARVE_SIZE 4096u              /* small runs are carved 4 KiB at a time */
 #define ALIGN_MIN 16u                 /* every block is at least 16-aligned */

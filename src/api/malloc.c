@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "heap/heap.h"
+#include "os/os.h"
 #include "util/options.h"
 
 /* Sizes at or above this can never be satisfied (glibc uses the same bound). */
@@ -66,7 +67,7 @@ LOCUS_EXPORT void *locus_malloc(size_t size) {
  * start on page boundaries, so a class is aligned when its size is a
  * multiple of align. Returns NUM_CLASSES when none fits. */
 static unsigned aligned_class(size_t size, size_t align) {
-  if (align > PAGE_SIZE) return NUM_CLASSES;
+  if (align > os_page_size()) return NUM_CLASSES;   /* runs start on page boundaries */
   size = align_up(size ? size : 1, align);
   if (size > SMALL_MAX) return NUM_CLASSES;
   unsigned c = size_class(size);
@@ -286,10 +287,15 @@ LOCUS_EXPORT void *locus_memalign(size_t align, size_t size) {
 }
 
 LOCUS_EXPORT void *locus_aligned_alloc(size_t align, size_t size) { return locus_memalign(align, size); }
-LOCUS_EXPORT void *locus_valloc(size_t size) { return locus_alloc_aligned(size, PAGE_SIZE); }
+LOCUS_EXPORT void *locus_valloc(size_t size) {
+  locus_init();
+  return locus_alloc_aligned(size, os_page_size());
+}
 LOCUS_EXPORT void *locus_pvalloc(size_t size) {
   if (size > MAX_REQUEST) return fail_enomem();
-  return locus_alloc_aligned(size ? align_up(size, PAGE_SIZE) : PAGE_SIZE, PAGE_SIZE);
+  locus_init();
+  size_t page = os_page_size();
+  return locus_alloc_aligned(size ? align_up(size, page) : page, page);
 }
 
 /* ---- the standard names ---------------------------------------------------- */

@@ -38,7 +38,7 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   }
   source_t *src = heap_source(h);
   size_t off = align <= 64 ? HDR_ROOM + color_offset() : align_up(HDR_ROOM, align);
-  size_t slack = align > PAGE_SIZE ? align : 0;   /* regions are only page-aligned */
+  size_t slack = align > os_page_size() ? align : 0;   /* regions are only page-aligned */
   if (size > PTRDIFF_MAX - off - slack - PAGE_SIZE) {
     errno = ENOMEM;
     return NULL;

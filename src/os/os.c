@@ -41,7 +41,7 @@ void *os_map(size_t size) {
 }
 
 bool os_unmap(void *p, size_t size) {
-  LOCUS_ASSERT(((uintptr_t)p & (PAGE_SIZE - 1)) == 0 && size % PAGE_SIZE == 0);
+  LOCUS_ASSERT(((uintptr_t)p & (os_page_size() - 1)) == 0 && size % os_page_size() == 0);
   stat_add(&locus_stats.munmaps, 1);
   stat_add(&locus_stats.returned, size);
   return munmap(p, size) == 0;

@@ -332,7 +332,7 @@ static void source_check_locked(const source_t *s) {
   for (size_t i = 0; i < s->nseg; i++) {
     const seg_t *g = &s->seg[i];
     uintptr_t a = (uintptr_t)g->base;
-    if ((a & (PAGE_SIZE - 1)) || g->size % PAGE_SIZE || g->size < SLICE_SIZE)
+    if ((a & (os_page_size() - 1)) || g->size % PAGE_SIZE || g->size < SLICE_SIZE)
       locus_fatal("source %d: cached segment %p of %zu bytes is misaligned or below a slice", s->node, g->base, g->size);
     if (registry_lookup(g->base))
       locus_fatal("source %d: cached segment %p is still recorded as a region", s->node, g->base);

@@ -1,0 +1,29 @@
+#!/bin/sh
+# Runs inside the guest: the placement checks under locus (numa profile, every
+# case must reach 100 %), under LOCUS_NUMA=bind:1, and, for comparison (not
+# required), under the C library's malloc and each peer allocator present.
+#   placement_all.sh [--locus-only] PLACEMENT_PROGRAM
+peers=1
+[ "$1" = --locus-only ] && peers=0 && shift
+prog=$1
+lib=${LOCUS_LIB:-/liblocus.so}
+status=0
+echo "=== placement: locus (LOCUS_PROFILE=numa)"
+LD_PRELOAD=$lib LOCUS_PROFILE=numa "$prog" --require || status=1
+echo "=== placement: locus (LOCUS_NUMA=bind:1)"
+LD_PRELOAD=$lib LOCUS_NUMA=bind:1 "$prog" --require || status=1
+[ $peers = 1 ] || exit $status
+echo "=== placement: glibc"
+"$prog" || status=1
+for peer in jemalloc:/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
+            tcmalloc:/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 \
+            mimalloc:/usr/lib/x86_64-linux-gnu/libmimalloc.so.2; do
+  name=${peer%%:*} path=${peer#*:}
+  if [ -e "$path" ]; then
+    echo "=== placement: $name"
+    LD_PRELOAD=$path "$prog" || status=1
+  else
+    echo "=== placement: $name not in the guest, skipped"
+  fi
+done
+exit $status
