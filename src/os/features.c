@@ -74,7 +74,10 @@ void os_features_probe(void) {
   if (page != MAP_FAILED) {
     f.madv_populate_write = advice_works(page, f.page_size, MADV_POPULATE_WRITE);
     f.madv_free = advice_works(page, f.page_size, MADV_FREE);
-    f.page_reuse = advice_works(page, f.page_size, OS_MADV_PAGE_REUSE);
+    /* An emulator (qemu-user) may accept any advice: a value no kernel
+     * defines must fail for the answer to mean anything. */
+    bool validates = !advice_works(page, f.page_size, OS_MADV_PAGE_REUSE + 1);
+    f.page_reuse = validates && advice_works(page, f.page_size, OS_MADV_PAGE_REUSE);
     munmap(page, f.page_size);
   }
   os_features = f;
