@@ -39,7 +39,11 @@ LOCUS_EXPORT void locus_collect(void) {
 LOCUS_EXPORT int locus_heap_check(void) {
   locus_init();
   heap_t *h = locus_tls_heap;
-  if (h) heap_validate(h);
+  if (h) {
+    heap_validate(h);
+    for (int i = 0; i <= PLACE_INTERLEAVE; i++)
+      if (h->placed[i]) heap_validate(h->placed[i]);
+  }
   sources_validate();
   return 0;
 }

@@ -107,43 +107,59 @@ static void record(region_t *r, registry_resv_t *rv) {
  * into pages already resident costs less than faulting the fresh tail pages
  * that mremap would add (a buffer grown step by step would otherwise fault
  * its whole final size every time it is rebuilt). Else mremap, no copy. */
-static void *large_move(large_t *l, void *p, size_t size, size_t total, registry_resv_t *rv) {
-  size_t off = l->user_off;
-  if (total > l->r.size) {
-    size_t before = l->r.size;
-    if (source_extend(&l->r, total)) {
-      record(&l->r, rv);               /* covers the new slices; the old ones are rewritten alike */
-      atomic_fetch_add_explicit(&l->r.heap->st_large_bytes, l->r.size - before, memory_order_relaxed);
-      l->user_size = size;
-      return p;
-    }
-    large_t *n = (large_t *)source_alloc(l->r.source, total, SRC_CACHED_ONLY);
-    if (n) {
-      n->r.kind = REGION_LARGE;
-      n->r.heap = l->r.heap;
-      n->r.node = l->r.node;
-      n->user_off = off;
-      n->user_size = size;
-      n->magic = LARGE_LIVE;
-      record(&n->r, rv);
-      atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, n->r.size, memory_order_relaxed);
-      memcpy((char *)n + off, p, large_usable(l));   /* the caller may use all usable bytes */
-      large_free(l);
-      return (char *)n + off;
-    }
+/* Grows l in place over the cached segment behind it, or copies it into a
+ * cached segment that holds the new size; NULL when neither exists (or the
+ * registry cannot record the copy), l untouched. The addresses are known
+ * before anything changes, so the registry leaves are made first. */
+static void *large_grow_cached(large_t *l, void *p, size_t size, size_t total) {
+  size_t off = l->user_off, before = l->r.size;
+  if (registry_prepare((uintptr_t)l, total + SLICE_SIZE) && source_extend(&l->r, total)) {
+    record(&l->r, NULL);               /* covers the new slices; the old ones are rewritten alike */
+    atomic_fetch_add_explicit(&l->r.heap->st_large_bytes, l->r.size - before, memory_order_relaxed);
+    l->user_size = size;
+    return p;
   }
+  large_t *n = (large_t *)source_alloc(l->r.source, total, SRC_CACHED_ONLY);
+  if (!n) return NULL;
+  n->r.kind = REGION_LARGE;
+  n->r.heap = l->r.heap;
+  n->r.node = l->r.node;
+  n->user_off = off;
+  n->user_size = size;
+  n->magic = LARGE_LIVE;
+  if (!registry_add(&n->r)) {
+    source_free(&n->r);
+    return NULL;
+  }
+  atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, n->r.size, memory_order_relaxed);
+  memcpy((char *)n + off, p, large_usable(l));   /* the caller may use all usable bytes */
+  large_free(l);
+  return (char *)n + off;
+}
+
+/* Resizes l with mremap, which may move it anywhere: the registry leaves the
+ * new address may need are set aside first, so that nothing can fail once
+ * the block has moved. NULL (ENOMEM) with l intact on failure. */
+static void *large_remap(large_t *l, size_t size, size_t total) {
+  registry_resv_t rv;
+  if (!registry_reserve(&rv, (total > l->r.size ? total : l->r.size) + SLICE_SIZE)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t off = l->user_off, old = l->r.size;
   registry_remove(&l->r);
-  size_t old = l->r.size;
   large_t *n = (large_t *)source_resize(&l->r, total);
   if (!n) {
-    record(&l->r, rv);                 /* its leaves exist: it was recorded before */
+    record(&l->r, &rv);                /* its leaves exist: it was recorded before */
+    registry_unreserve(&rv);
     errno = ENOMEM;
     return NULL;
   }
   atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, total - old, memory_order_relaxed);  /* modular */
   n->user_size = size;
   n->r.zeroed = false;
-  record(&n->r, rv);
+  record(&n->r, &rv);
+  registry_unreserve(&rv);
   return (char *)n + off;
 }
 
@@ -160,15 +176,9 @@ void *large_realloc(large_t *l, void *p, size_t size) {
     l->user_size = size;
     return p;
   }
-  /* Every path below records a region of at most this many bytes at an
-   * address not known in advance: set the registry leaves aside first, so
-   * that nothing can fail once the block has moved. */
-  registry_resv_t rv;
-  if (!registry_reserve(&rv, (total > l->r.size ? total : l->r.size) + SLICE_SIZE)) {
-    errno = ENOMEM;
-    return NULL;
+  if (total > l->r.size) {
+    void *q = large_grow_cached(l, p, size, total);
+    if (q) return q;
   }
-  void *q = large_move(l, p, size, total, &rv);
-  registry_unreserve(&rv);
-  return q;
+  return large_remap(l, size, total);
 }

@@ -69,6 +69,14 @@ static size_t leaves_for_span(size_t span) {
   return span / (SLICE_SIZE * L2_ENTRIES) + 2;
 }
 
+bool registry_prepare(uintptr_t start, size_t size) {
+  uintptr_t first = start >> SLICE_SHIFT, last = (start + size - 1) >> SLICE_SHIFT;
+  if (last >> (REG_L1_BITS + REG_L2_BITS)) return false;
+  for (uintptr_t s = first; s <= last; s += L2_ENTRIES - (s & (L2_ENTRIES - 1)))
+    if (!leaf_for(s, true, NULL)) return false;
+  return true;
+}
+
 bool registry_reserve(registry_resv_t *rv, size_t span) {
   rv->leaves = NULL;
   for (size_t i = 0, n = leaves_for_span(span); i < n; i++) {

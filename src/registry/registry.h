@@ -17,6 +17,9 @@ void registry_remove(region_t *r);
  * registry_add_reserved of any one region of at most `span` bytes cannot
  * fail. What is not used goes back with registry_unreserve. */
 typedef struct { void *leaves; } registry_resv_t;
+/* Makes the leaves of the known range [start, start+size); false if the OS
+ * refused memory. Cheap when they exist. */
+bool registry_prepare(uintptr_t start, size_t size);
 bool registry_reserve(registry_resv_t *rv, size_t span);
 bool registry_add_reserved(region_t *r, registry_resv_t *rv);
 void registry_unreserve(registry_resv_t *rv);
