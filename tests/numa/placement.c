@@ -137,75 +137,53 @@ static void case_first_touch(void) {
   report("bound_thread", on, all, 1);
 }
 
-/* Memory freed on node 1 must not serve node 0. */
-static void case_reuse_after_free(void) {
+/* The cases where memory passes between nodes share one shape: for each node
+ * n, `prep` does something on another node with set a, then a thread of node
+ * n allocates set b, whose pages must be on n. */
+typedef void (*prep_fn)(int n, int other, set_t *a);
+
+static void cross_case(const char *name, prep_fn prep, int use_calloc, void (*after)(set_t *a)) {
   long on = 0, all = 0;
   for (int n = 0; n < nnodes; n++) {
     int other = (n + 1) % nnodes;
     set_t a = {.node = other};
-    run_on(other, alloc_set, &a);
-    run_on(other, free_set, &a);
-    set_t b = {.node = n};
+    prep(n, other, &a);
+    set_t b = {.node = n, .use_calloc = use_calloc};
     run_on(n, alloc_count, &b);
     on += b.on, all += b.all;
     free_set(&b);
+    if (after) after(&a);
   }
-  report("reuse_after_free_elsewhere", on, all, 1);
+  report(name, on, all, 1);
 }
 
-/* Blocks of node 0 freed by a thread of node 1, then node 0 allocates again. */
-static void case_remote_free(void) {
-  long on = 0, all = 0;
-  for (int n = 0; n < nnodes; n++) {
-    int other = (n + 1) % nnodes;
-    set_t a = {.node = n};
-    run_on(n, alloc_set, &a);
-    run_on(other, free_set, &a);
-    set_t b = {.node = n};
-    run_on(n, alloc_count, &b);
-    on += b.on, all += b.all;
-    free_set(&b);
-  }
-  report("after_remote_free", on, all, 1);
+/* Memory freed on the other node must not serve node n. */
+static void freed_elsewhere(int n, int other, set_t *a) {
+  (void)n;
+  run_on(other, alloc_set, a);
+  run_on(other, free_set, a);
 }
 
-/* A thread of node 1 exits holding free memory; a thread of node 0 comes. */
-static void half_free(void *a) {
-  set_t *s = a;
+/* Blocks of node n freed by a thread of the other node. */
+static void freed_remotely(int n, int other, set_t *a) {
+  a->node = n;
+  run_on(n, alloc_set, a);
+  run_on(other, free_set, a);
+}
+
+/* A thread of the other node exits holding free memory (its heap is then an
+ * orphan); the rest of its blocks are freed after the case. */
+static void half_free(void *arg) {
+  set_t *s = arg;
   alloc_set(s);
   for (int i = 0; i < NB; i += 2) free(s->b[i]), s->b[i] = NULL;
 }
-static void case_orphan(void) {
-  long on = 0, all = 0;
-  for (int n = 0; n < nnodes; n++) {
-    int other = (n + 1) % nnodes;
-    set_t a = {.node = other};
-    run_on(other, half_free, &a);       /* exits: its heap is an orphan */
-    set_t b = {.node = n};
-    run_on(n, alloc_count, &b);
-    on += b.on, all += b.all;
-    free_set(&b);
-    for (int i = 1; i < NB; i += 2) free(a.b[i]);
-  }
-  report("thread_exit_adoption", on, all, 1);
+static void exited_elsewhere(int n, int other, set_t *a) {
+  (void)n;
+  run_on(other, half_free, a);
 }
-
-/* calloc of memory recycled from another node's free. */
-static void case_calloc(void) {
-  long on = 0, all = 0;
-  for (int n = 0; n < nnodes; n++) {
-    int other = (n + 1) % nnodes;
-    set_t a = {.node = other};
-    run_on(other, alloc_set, &a);
-    run_on(other, free_set, &a);
-    set_t b = {.node = n, .use_calloc = 1};
-    run_on(n, alloc_count, &b);
-    for (int i = 0; i < NB; i++)
-      if (((char *)b.b[i])[bsize(i) - 1] != 1) failures++, printf("  calloc block %d not as written\n", i);
-    on += b.on, all += b.all;
-    free_set(&b);
-  }
-  report("calloc_after_free_elsewhere", on, all, 1);
+static void free_rest(set_t *a) {
+  for (int i = 1; i < NB; i += 2) free(a->b[i]);
 }
 
 /* locus API: on_node from an unbound thread, touched by a thread of another node. */
@@ -372,10 +350,11 @@ int main(int argc, char **argv) {
     return failures ? 1 : 0;
   }
   case_first_touch();
-  case_reuse_after_free();
-  case_remote_free();
-  case_orphan();
-  case_calloc();
+  cross_case("reuse_after_free_elsewhere", freed_elsewhere, 0, NULL);
+  cross_case("after_remote_free", freed_remotely, 0, NULL);
+  cross_case("thread_exit_adoption", exited_elsewhere, 0, free_rest);
+  /* calloc of memory recycled from another node's free (alloc_set checks zeroes) */
+  cross_case("calloc_after_free_elsewhere", freed_elsewhere, 1, NULL);
   if (on_node) {
     case_on_node();
     case_interleaved();
