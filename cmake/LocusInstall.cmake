@@ -3,6 +3,7 @@
 #   <libdir>/cmake/locus/locus-{config,config-version,targets*}.cmake
 #     (find_package(locus): targets locus::locus and locus::locus-static),
 #   <libdir>/pkgconfig/locus.pc (pkg-config locus; --static adds -pthread).
+#   <bindir>/locus (the locus command, tools/locus) and <mandir>/man1/locus.1.
 # Every path is relative to the install prefix, so `cmake --install --prefix`
 # and DESTDIR work and no file refers to the build or source tree. (With an
 # absolute CMAKE_INSTALL_LIBDIR, CMake writes the configure-time prefix into
@@ -77,3 +78,34 @@ install(CODE "
   configure_file(\"${PROJECT_BINARY_DIR}/pkgconfig/locus.pc.in\" \"\${_locus_pc}\" @ONLY)
   list(APPEND CMAKE_INSTALL_MANIFEST_FILES \"\${_locus_pc}\")
 ")
+
+# ---- the locus command (tools/locus, docs/locus.1; see docs/tools.md) ----------
+# tools/locus is a Python script whose "@LOCUS_CLI_...@" values are filled in
+# twice: <build>/tools/locus points at the build tree's library and the source
+# tree (for `locus bench`); <build>/tools/install/locus, the one installed in
+# <bindir>, names the library relative to its own directory (<bindir> ->
+# <libdir>/liblocus.so.X.Y) and no source tree, so that, like every installed
+# file, it does not name the build or source tree and survives a relocated or
+# DESTDIR install. LOCUS_LIB or --lib override both.
+set(_locus_cli_soname liblocus.so.${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+get_target_property(_locus_cli_dir locus LIBRARY_OUTPUT_DIRECTORY)
+if(NOT _locus_cli_dir)
+  set(_locus_cli_dir ${PROJECT_BINARY_DIR})
+endif()
+set(LOCUS_CLI_LIB ${_locus_cli_dir}/${_locus_cli_soname})
+set(LOCUS_CLI_SOURCE_DIR ${PROJECT_SOURCE_DIR})
+configure_file(${PROJECT_SOURCE_DIR}/tools/locus ${PROJECT_BINARY_DIR}/tools/locus @ONLY)
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(LOCUS_CLI_LIB ${CMAKE_INSTALL_LIBDIR}/${_locus_cli_soname})
+elseif(IS_ABSOLUTE "${CMAKE_INSTALL_BINDIR}")
+  # absolute bindir, relative libdir: the configure-time prefix is the only one known
+  set(LOCUS_CLI_LIB ${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/${_locus_cli_soname})
+else()
+  file(RELATIVE_PATH LOCUS_CLI_LIB /p/${CMAKE_INSTALL_BINDIR} /p/${CMAKE_INSTALL_LIBDIR}/${_locus_cli_soname})
+endif()
+set(LOCUS_CLI_SOURCE_DIR "")
+configure_file(${PROJECT_SOURCE_DIR}/tools/locus ${PROJECT_BINARY_DIR}/tools/install/locus @ONLY)
+install(PROGRAMS ${PROJECT_BINARY_DIR}/tools/install/locus DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/docs/locus.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+unset(_locus_cli_soname)
+unset(_locus_cli_dir)
