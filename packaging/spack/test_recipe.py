@@ -339,7 +339,9 @@ def build_and_check(cls, combo, args, work, jobs, keep):
                 "cmake/locus/locus-config-version.cmake", "cmake/locus/locus-targets.cmake", "pkgconfig/locus.pc"):
         check(os.path.exists(os.path.join(libdir, rel)), f"{name}: {rel} not installed in {libdir}")
     check(os.path.exists(os.path.join(prefix, "include", "locus.h")), f"{name}: include/locus.h not installed")
-    check(not os.path.exists(os.path.join(prefix, "bin")), f"{name}: programs installed in bin/")
+    bindir = os.path.join(prefix, "bin")
+    progs = sorted(os.listdir(bindir)) if os.path.isdir(bindir) else []
+    check(progs == ["locus"], f"{name}: bin/ holds {progs}, expected the locus command only")
     so = os.path.join(libdir, "liblocus.so")
     dyn = output(["readelf", "-d", so])
     check(("STATIC_TLS" in dyn) == (combo["tls"] == "initial-exec"),
