@@ -17,7 +17,9 @@ allocator in turn, then rep 2, ...):
   placement         tests/numa/placement.c built as a program: per case, the
                     share of the pages on the node the case promises
 
-The guest's console is read as the runs finish (progress on stderr), parsed,
+The guest's automatic NUMA balancing is switched off (--numa-balancing): it
+would move pages after the allocator placed them.  The bench programs start
+on node 0's CPUs (taskset).  The guest's console is read as the runs finish (progress on stderr), parsed,
 and written to results/scratch/numa-<timestamp>/ (git-ignored; or --out):
 results.md, results.json, guest-console.log and local_share.png (matplotlib).
 Timings under TCG are not hardware timings: only placement is reported as
@@ -608,7 +610,7 @@ def make_plot(outdir, summ, allocs):
     series = [s for s in series if any(isinstance(s[1](n), float) for n in names)]
     if not series:
         return None
-    fig, ax = plt.subplots(figsize=(max(7, 1.4 * len(names)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(7, 1.4 * len(names)), 5.5))
     width = 0.8 / len(series)
     for i, (label, f) in enumerate(series):
         ys = [f(n) if isinstance(f(n), float) else 0 for n in names]
@@ -618,7 +620,7 @@ def make_plot(outdir, summ, allocs):
     ax.set_ylim(0, 105)
     ax.set_ylabel("% of pages on the thread's / promised node")
     ax.set_title("NUMA placement in a QEMU guest (higher is better)")
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     fig.tight_layout()
     fig.savefig(os.path.join(outdir, "local_share.png"), dpi=110)
     plt.close(fig)
