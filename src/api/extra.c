@@ -22,19 +22,24 @@ LOCUS_EXPORT const char *locus_get_profile(void) {
   return profile_name(atomic_load(&locus_opt.profile));
 }
 
+/* The calling thread's heap and its placed sub-heaps: blocks other threads
+ * freed into them come back, empty chunks go to their sources. */
+static void collect_all(heap_t *h) {
+  if (!h) return;
+  heap_collect(h);
+  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
+    if (h->placed[i]) heap_collect(h->placed[i]);
+}
+
 LOCUS_EXPORT size_t locus_release(void) {
   locus_init();
-  heap_t *h = locus_tls_heap;
-  if (h) heap_collect(h);
+  collect_all(locus_tls_heap);
   return source_release_all();
 }
 
 LOCUS_EXPORT size_t locus_cached_bytes(void) { return source_cached_total(); }
 
-LOCUS_EXPORT void locus_collect(void) {
-  heap_t *h = locus_tls_heap;
-  if (h) heap_collect(h);
-}
+LOCUS_EXPORT void locus_collect(void) { collect_all(locus_tls_heap); }
 
 LOCUS_EXPORT int locus_heap_check(void) {
   locus_init();
