@@ -16,6 +16,5 @@ static inline bool lock_try(lock_t *l) {
                                                  memory_order_relaxed);
 }
 static inline void lock_release(lock_t *l) { atomic_store_explicit(&l->v, 0, memory_order_release); }
-static inline bool lock_held(lock_t *l) { return atomic_load_explicit(&l->v, memory_order_relaxed) != 0; }
 
 #endif /* LOCUS_LOCK_H */

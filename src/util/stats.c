@@ -6,6 +6,7 @@
 #include "util/stats.h"
 
 #include "heap/heap.h"
+#include "numa/next_touch.h"
 #include "numa/topology.h"
 #include "os/os.h"
 #include "source/source.h"
@@ -94,6 +95,8 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
        st.mmap_calls, st.munmap_calls, st.mremap_calls, st.madvise_calls);
   text(&t, "\"cache_hits\":%zu,\"cache_misses\":%zu,\"bytes_returned\":%zu,", st.cache_hits,
        st.cache_misses, st.bytes_returned);
+  text(&t, "\"next_touch_faults\":%zu,\"next_touch_moved_pages\":%zu,", next_touch_faults(),
+       next_touch_moved_pages());
   text(&t, "\"heaps_live\":%zu,\"heaps_orphaned\":%zu,\"sources\":[", st.heaps_live, st.heaps_orphaned);
   list_ctx_t sc = {&t, 0};
   sources_report(json_source, &sc);
@@ -151,6 +154,8 @@ LOCUS_EXPORT void locus_stats_print(void) {
        st.munmap_calls, st.mremap_calls, st.madvise_calls);
   text(&t, "  source cache      : %zu hits, %zu misses\n", st.cache_hits, st.cache_misses);
   text(&t, "  heaps             : %zu live, %zu orphaned\n", st.heaps_live, st.heaps_orphaned);
+  if (next_touch_faults())
+    text(&t, "  next touch        : %zu faults, %zu pages moved\n", next_touch_faults(), next_touch_moved_pages());
   sources_report(report_source, &t);
   heap_ctx_t hc = {&t, 0};
   heaps_report(report_heap, &hc);

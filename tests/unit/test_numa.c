@@ -167,6 +167,10 @@ static void test_next_touch(void) {
   size_t faults = next_touch_faults() - faults0;
   CHECK(faults >= 1 && faults <= 64, "one fault per group at most: %zu", faults);
   CHECK(locus_node_of(p) >= 0, "resident after the touch");
+  char json[16384];
+  locus_stats_json(json, sizeof json);
+  CHECK(strstr(json, "\"next_touch_faults\":") && !strstr(json, "\"next_touch_faults\":0,"),
+        "next-touch faults reported: %.300s", strstr(json, "next_touch") ? strstr(json, "next_touch") : json);
   free(p);
 
   /* Freed before being touched: the range is cancelled, the memory reusable. */
