@@ -196,6 +196,27 @@ static inline uint64_t rng_range(rng_t *r, uint64_t lo, uint64_t hi) {
 /* (an allocator handing out the same memory twice) or a block whose   */
 /* contents moved (a bad realloc) fail the check.                      */
 
+/* Large arrays of the time-step workloads: one word written in every 4 KiB
+ * page and the last word, so each page is touched once and the allocator, not
+ * memset, is measured. Returns the sum of what was written; arr_sum reads it
+ * back (a cheap check that no page was lost or mixed up). */
+static inline uint64_t arr_touch(uint64_t *a, size_t bytes, uint64_t v) {
+  size_t words = bytes / 8;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < words - 1; i += 4096 / 8) {
+    a[i] = v + i;
+    sum += v + i;
+  }
+  a[words - 1] = ~v;
+  return sum + ~v;
+}
+static inline uint64_t arr_sum(const uint64_t *a, size_t bytes) {
+  size_t words = bytes / 8;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < words - 1; i += 4096 / 8) sum += a[i];
+  return sum + a[words - 1];
+}
+
 static inline uint64_t pat_word(uint64_t tag, size_t off) {
     return mix64(tag * 0x100000001b3ULL ^ (uint64_t)off);
 }

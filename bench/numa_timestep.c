@@ -75,14 +75,7 @@ static void *worker(void *vp) {
             len[k] = (size_t)rng_range(&r, a->amin, a->amax) & ~(size_t)7;
             arr[k] = (uint64_t *)bench_xmalloc(len[k]);
             a->bytes += len[k];
-            size_t words = len[k] / 8;
-            uint64_t v = mix64(((uint64_t)a->idx << 40) ^ ((uint64_t)s << 8) ^ (uint64_t)k);
-            for (size_t i = 0; i < words - 1; i += PAGE / 8) {
-                arr[k][i] = v + i;
-                expect += v + i;
-            }
-            arr[k][words - 1] = ~v;
-            expect += ~v;
+            expect += arr_touch(arr[k], len[k], mix64(((uint64_t)a->idx << 40) ^ ((uint64_t)s << 8) ^ (uint64_t)k));
         }
         for (int j = 0; j < a->nsmall; j++) {
             size_t sz = (size_t)rng_range(&r, 16, 512);
@@ -92,11 +85,7 @@ static void *worker(void *vp) {
             expect += w;
             a->bytes += sz;
         }
-        for (int k = 0; k < a->narr; k++) {
-            size_t words = len[k] / 8;
-            for (size_t i = 0; i < words - 1; i += PAGE / 8) got += arr[k][i];
-            got += arr[k][words - 1];
-        }
+        for (int k = 0; k < a->narr; k++) got += arr_sum(arr[k], len[k]);
         for (int j = 0; j < a->nsmall; j++) got += small[j][0];
         a->t_work += now_s() - t0;
         if (got != expect)

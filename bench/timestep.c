@@ -6,7 +6,6 @@
 #include "common.h"
 
 #define NARR 8
-#define PAGE 4096
 
 typedef struct {
     int id;
@@ -28,21 +27,9 @@ static void *worker(void *vp) {
             len[k] = (size_t)rng_range(&r, 4u << 20, 32u << 20) & ~(size_t)7;
             arr[k] = (uint64_t *)bench_xmalloc(len[k]);
             a->bytes += len[k];
-            size_t words = len[k] / 8;
-            uint64_t v = mix64(((uint64_t)a->id << 40) ^ ((uint64_t)s << 8) ^ (uint64_t)k);
-            /* one word in every page, and the last word */
-            for (size_t i = 0; i < words - 1; i += PAGE / 8) {
-                arr[k][i] = v + i;
-                expect += v + i;
-            }
-            arr[k][words - 1] = ~v;
-            expect += ~v;
+            expect += arr_touch(arr[k], len[k], mix64(((uint64_t)a->id << 40) ^ ((uint64_t)s << 8) ^ (uint64_t)k));
         }
-        for (int k = 0; k < NARR; k++) {
-            size_t words = len[k] / 8;
-            for (size_t i = 0; i < words - 1; i += PAGE / 8) got += arr[k][i];
-            got += arr[k][words - 1];
-        }
+        for (int k = 0; k < NARR; k++) got += arr_sum(arr[k], len[k]);
         if (got != expect)
             bench_fail("checksum", "thread %d step %ld: checksum %" PRIx64 " expected %" PRIx64,
                        a->id, s, got, expect);

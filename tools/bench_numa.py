@@ -44,6 +44,10 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (the host harness: shared helpers)
+from bench import fmt_dur, log, median, num  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 RUN_SH = os.path.join(REPO, "tests", "numa", "guest", "run.sh")
@@ -76,44 +80,14 @@ PLACEMENT_CASES = [
 COMMON_CASES = PLACEMENT_CASES[:5]   # the cases every allocator runs
 
 
-def log(msg):
-    sys.stderr.write(msg + "\n")
-    sys.stderr.flush()
-
-
-def fmt_dur(s):
-    s = int(round(s))
-    if s >= 3600:
-        return "%dh%02dm" % (s // 3600, s % 3600 // 60)
-    if s >= 60:
-        return "%dm%02ds" % (s // 60, s % 60)
-    return "%ds" % s
-
-
-def num(v):
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return v
-
-
 def parse_kv(line):
-    out = {}
-    for tok in line.split()[1:]:
-        if "=" in tok:
-            k, v = tok.split("=", 1)
-            out[k] = num(v)
-    return out
+    """KEY=VALUE tokens of a bench line, numbers as floats (bench.parse_kv keeps text)."""
+    return {k: num(v) for k, v in bench.parse_kv(line).items()}
 
 
 def minimum(xs):
     xs = [x for x in xs if isinstance(x, (int, float))]
     return min(xs) if xs else None
-
-
-def median(xs):
-    xs = [x for x in xs if isinstance(x, (int, float))]
-    return statistics.median(xs) if xs else None
 
 
 # --------------------------------------------------------------------------
