@@ -10,11 +10,13 @@
  * per second, total time to move --count blocks. */
 #include "common.h"
 
+#define BQ_MAX 256 /* the ring lives in the struct: the queue never calls malloc */
+
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t nonempty, nonfull;
     size_t cap, head, len; /* ring of batch indices */
-    int *ring;
+    int ring[BQ_MAX];
 } bq_t;
 
 static void bq_init(bq_t *q, size_t cap) {
@@ -23,7 +25,6 @@ static void bq_init(bq_t *q, size_t cap) {
     pthread_cond_init(&q->nonfull, NULL);
     q->cap = cap;
     q->head = q->len = 0;
-    q->ring = (int *)bench_xmalloc(cap * sizeof(int));
 }
 
 static void bq_push(bq_t *q, int b) {
@@ -73,7 +74,7 @@ int main(int argc, char **argv) {
     long count = (long)bench_opt_u64(&a, "--count", a.quick ? 300000 : 5000000);
     size_t lo = (size_t)bench_opt_u64(&a, "--min", 8), hi = (size_t)bench_opt_u64(&a, "--max", 1024);
     if (lo < 8 || hi < lo || hi > 65535) bench_usage_exit("sizes must satisfy 8 <= --min <= --max <= 65535");
-    if (!batch || !depth) bench_usage_exit("--batch and --depth must be > 0");
+    if (!batch || !depth || depth + 2 > BQ_MAX) bench_usage_exit("--batch must be > 0, --depth 1 .. 254");
     bench_name = "ab_prodcons";
     ctx_t c;
     c.batch = batch;
@@ -108,8 +109,6 @@ int main(int argc, char **argv) {
     ab_verify(asum, c.fsum);
     for (size_t b = 0; b < nb; b++) free(c.batches[b]);
     free(c.batches);
-    free(c.full.ring);
-    free(c.empty.ring);
     bench_result("ab_prodcons", "throughput", (double)count / el, "blocks/s", "higher",
                  "threads=2 blocks=%ld batch=%zu depth=%zu min=%zu max=%zu time_s=%.4f cpu_s=%.4f cpu_ops_per_s=%.4g peak_rss_kib=%ld checksum=%016" PRIx64,
                  count, batch, depth, lo, hi, el, cpu, (double)count / cpu, bench_peak_rss_kib(), asum);
