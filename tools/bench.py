@@ -542,6 +542,20 @@ def write_markdown(path, meta, summ, allocs, runs, notes):
                                            f3(s["cpu_ops_per_s_max"])) if "cpu_ops_per_s" in s else "—")
             L.append("| %s | %s |" % (wid, " | ".join(row)))
         L.append("")
+        L.append("CPU-time cost relative to the best peer on the same figure (best peer's `cpu_ops_per_s` "
+                 "divided by the allocator's; **below 1 is better**):\n")
+        L.append("| workload | " + " | ".join(names) + " |")
+        L.append("|---" * (len(names) + 1) + "|")
+        for wid in cpu_w:
+            al = summ[wid]["allocators"]
+            peers = [al[n]["cpu_ops_per_s"] for n in al if n in PEER_NAMES and al[n].get("cpu_ops_per_s")]
+            best = max(peers) if peers else None
+            row = []
+            for n in names:
+                v = al.get(n, {}).get("cpu_ops_per_s")
+                row.append(f3(best / v) if best and v else "—")
+            L.append("| %s | %s |" % (wid, " | ".join(row)))
+        L.append("")
     L.append("## Memory (medians, MiB)\n")
     L.append("Peak resident set of the workload's address space (`peak_rss_kib`, its VmHWM), then, "
              "where the workload reports it, its resident set at the end after every block was freed "
