@@ -79,11 +79,10 @@ struct Obj {
 };
 
 template <size_t N> struct Sized final : Obj {
-    static_assert(N >= 24, "vtable + head + tail");
-    char pad[N - 24];
-    uint64_t tl;
-    explicit Sized(uint64_t h) : Obj(h), tl(h ^ TAIL_MIX) {}
-    uint64_t tail() const override { return tl; }
+    static_assert(N >= 24 && N % 8 == 0, "vtable + head + at least the tail word");
+    uint64_t w[(N - 16) / 8]; // payload; the last word is the tail, the rest is never touched
+    explicit Sized(uint64_t h) : Obj(h) { w[(N - 16) / 8 - 1] = h ^ TAIL_MIX; }
+    uint64_t tail() const override { return w[(N - 16) / 8 - 1]; }
 };
 static_assert(sizeof(Sized<24>) == 24 && sizeof(Sized<512>) == 512, "object sizes");
 
