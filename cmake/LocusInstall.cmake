@@ -107,5 +107,14 @@ set(LOCUS_CLI_SOURCE_DIR "")
 configure_file(${PROJECT_SOURCE_DIR}/tools/locus ${PROJECT_BINARY_DIR}/tools/install/locus @ONLY)
 install(PROGRAMS ${PROJECT_BINARY_DIR}/tools/install/locus DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/docs/locus.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+# The sampling library of `locus align` (tools/analysis/sample.c): preloaded beside
+# liblocus.so, found by the command next to it (same directory). Not part of
+# the allocator: it uses libc freely and is never linked into programs.
+add_library(locus_sample SHARED ${PROJECT_SOURCE_DIR}/tools/analysis/sample.c)
+target_compile_options(locus_sample PRIVATE -Wall -Wextra -fvisibility=hidden)
+target_link_libraries(locus_sample PRIVATE Threads::Threads)
+set_target_properties(locus_sample PROPERTIES OUTPUT_NAME locus_sample
+                      LIBRARY_OUTPUT_DIRECTORY ${_locus_cli_dir})
+install(TARGETS locus_sample LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 unset(_locus_cli_soname)
 unset(_locus_cli_dir)
