@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""ctest tools_*: the analysers of the locus command on constructed cases.
+
+usage: check.py align|pages|bad_input LOCUS ALIGN_SWEEP PAGES_CASE
+Exit 0 pass, 1 fail, 77 skip.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+mode, locus, sweep, pages_case = sys.argv[1:5]
+tmp = tempfile.mkdtemp(prefix="locus-tools.")
+
+
+def say(msg):
+    print("[tools_%s] %s" % (mode, msg), flush=True)
+
+
+def fail(msg):
+    say("FAIL: " + msg)
+    sys.exit(1)
+
+
+def run(args, want=None, **kw):
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, **kw)
+    if want is not None and r.returncode != want:
+        sys.stdout.write(r.stdout)
+        sys.stderr.write(r.stderr)
+        fail("'%s' exited %d, expected %d" % (" ".join(args), r.returncode, want))
+    return r
+
+
+def check_align():
+    out = os.path.join(tmp, "align.json")
+    r = run([locus, "align", "--json", out, "--", sweep, "0.4"], want=0)
+    sys.stdout.write(r.stdout)
+    rep = json.load(open(out))
+    runs = {x["mode"]: x for x in rep["runs"]}
+    if set(runs) != {"offsets", "none"}:
+        fail("expected two runs, got %s" % sorted(runs))
+    for name, x in sorted(runs.items()):
+        arrays = x["arrays"]
+        if len(arrays) != 5 or any(a["size"] != 4 << 20 for a in arrays):
+            fail("%s run: expected five arrays of 4 MiB, got %s" % (name, [(a["id"], a["size"]) for a in arrays]))
+        # the allocation sites: five distinct lines of align_sweep.c
+        sites = [a["source"] or "" for a in arrays]
+        if not all(os.path.basename(s).startswith("align_sweep.c:") for s in sites) or len(set(sites)) != 5:
+            fail("%s run: allocation sites not resolved to five lines of align_sweep.c: %s" % (name, sites))
+        # access pattern: #1-#4 together, #5 alone
+        groups = [tuple(g["arrays"]) for g in x["groups"]]
+        if (1, 2, 3, 4) not in groups or (5,) not in groups:
+            fail("%s run: groups %s, expected (1, 2, 3, 4) and (5,)" % (name, groups))
+        for q in x["pairs"]:
+            if 5 in (q["a"], q["b"]):
+                fail("%s run: #5 reported as used with #%d" % (name, q["a"] if q["b"] == 5 else q["b"]))
+        together = {(q["a"], q["b"]) for q in x["pairs"]}
+        want = {(i, j) for i in range(1, 5) for j in range(i + 1, 5)}
+        if not want <= together:
+            fail("%s run: pairs used together %s, expected %s" % (name, sorted(together), sorted(want)))
+    none = {(q["a"], q["b"]) for q in runs["none"]["collisions"]}
+    if none != want:
+        fail("without offsets: collisions modulo 4 KiB %s, expected every pair of #1-#4" % sorted(none))
+    if any(q["same_set"]["4K"] for q in runs["offsets"]["pairs"]):
+        fail("with offsets: collisions modulo 4 KiB %s, expected none" % runs["offsets"]["collisions"])
+    l1 = [lv["name"] for lv in rep["levels"] if lv["name"].startswith("L1")]
+    if l1 and any(q["same_set"][l1[0]] for q in runs["offsets"]["pairs"]):
+        fail("with offsets: arrays used together share an %s set" % l1[0])
+    if "6 pairs without offsets -> 0 with" not in r.stdout:
+        fail("the text summary does not say what the offsets changed")
+    say("collision of #1-#4 found without offsets (6 pairs mod 4 KiB), none with locus's offsets: ok")
+
+
+def check_pages():
+    colors, same, per = 16, 32, 4
+    p = subprocess.Popen([pages_case, str(colors), str(same), str(per)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, universal_newlines=True)
+    line = p.stdout.readline().split()
+    if not line:
+        st = p.wait()
+        if st == 77:
+            say("SKIP: /proc/self/pagemap shows no frame numbers (not root)")
+            sys.exit(77)
+        fail("pages_case exited %d" % st)
+    try:
+        pid = line[1]
+        a_same = line[2].split("=", 1)[1]
+        a_uni = line[3].split("=", 1)[1]
+        out = os.path.join(tmp, "pages.json")
+        r = run([locus, "pages", pid, "--colors", str(colors), "--array", a_same, "--array", a_uni,
+                 "--json", out], want=0)
+        sys.stdout.write(r.stdout)
+        rep = json.load(open(out))
+        lv = rep["levels"][0]
+        s, u = lv["arrays"]
+        if s["counts"] != [same] + [0] * (colors - 1):
+            fail("'same' array: colour counts %s, expected all %d pages on colour 0" % (s["counts"], same))
+        if u["counts"] != [per] * colors:
+            fail("'uniform' array: colour counts %s, expected %d on each colour" % (u["counts"], per))
+        if abs(s["imbalance"] - colors) > 1e-9 or abs(u["imbalance"] - 1.0) > 1e-9 or u["chi2"] != 0:
+            fail("imbalance %s / %s (expected %d / 1.0), chi2 of uniform %s (expected 0)" %
+                 (s["imbalance"], u["imbalance"], colors, u["chi2"]))
+        pair = lv["pairs"][0]
+        if pair["competing_pages"] != per or pair["shared_colors"] != 1:
+            fail("pair: %d competing pages on %d colours, expected %d on 1" %
+                 (pair["competing_pages"], pair["shared_colors"], per))
+        # the machine's own cache levels: every present page counted once per level
+        out2 = os.path.join(tmp, "pages2.json")
+        run([locus, "pages", pid, "--array", a_same, "--array", a_uni, "--json", out2], want=0)
+        for lv in json.load(open(out2))["levels"]:
+            for k, n in ((0, same), (1, colors * per)):
+                if sum(lv["arrays"][k]["counts"]) != n:
+                    fail("%s: array %d counted %d pages, expected %d" % (lv["name"], k + 1,
+                                                                        sum(lv["arrays"][k]["counts"]), n))
+    finally:
+        p.stdin.close()
+        p.wait()
+    say("colour counts exactly as constructed (%d on one colour; %d on each of %d): ok" % (same, per, colors))
+
+
+def check_bad_input():
+    cases = [
+        (["align"], 2, "no command given"),
+        (["align", "--frobnicate", "--", "/bin/true"], 2, "unknown option --frobnicate"),
+        (["align", "--threshold", "12q", "/bin/true"], 2, "not a size"),
+        (["align", "--period", "5", "/bin/true"], 2, "microseconds"),
+        (["align", "--", os.path.join(tmp, "no-such-program")], 127, "command not found"),
+        (["align", "--", "/bin/true"], 1, "nothing traced"),
+        (["pages"], 2, "no process given"),
+        (["pages", "abc"], 2, "not a process id"),
+        (["pages", "999999999"], 1, "no process 999999999"),
+        (["pages", "self", "--frobnicate"], 2, "unknown option --frobnicate"),
+        (["pages", "self", "--array", "0x1000"], 2, "expected ADDR:LEN"),
+        (["pages", "self", "--trace", os.path.join(tmp, "missing.trace")], 1, "No such file"),
+    ]
+    for args, want, text in cases:
+        r = run([locus] + args, want=want)
+        if text not in r.stderr:
+            fail("'locus %s': message lacks '%s': %s" % (" ".join(args), text, r.stderr.strip()))
+        say("locus %s -> %d: %s" % (" ".join(args), want, r.stderr.strip()))
+    # pagemap without frame numbers: the same command as an unprivileged user
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() == 0 and setpriv:
+        r = run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, locus,
+                 "pages", "self", "--min-size", "4k"], cwd="/")
+        if r.returncode == 0 or "frame" not in r.stderr:
+            fail("unprivileged 'locus pages self' exited %d: %s%s" % (r.returncode, r.stdout, r.stderr))
+        say("unprivileged pages -> %d: %s" % (r.returncode, r.stderr.strip()))
+    else:
+        say("not root (or no setpriv): the unprivileged pagemap case is not run")
+
+
+try:
+    {"align": check_align, "pages": check_pages, "bad_input": check_bad_input}[mode]()
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+say("PASS")
