@@ -109,8 +109,12 @@ def parse_trace(path):
                 pid = int(w[1])
             except ValueError:
                 continue
-            p = procs.setdefault(pid, {"maps": [], "arrays": {}, "live": {}, "order": []})
             kind = w[0]
+            if kind == "H" or pid not in procs:
+                # H starts a process image: after an execve (same pid) the old
+                # image's records are void (its sampling data died with it)
+                procs[pid] = {"maps": [], "arrays": {}, "live": {}, "order": []}
+            p = procs[pid]
             try:
                 if kind == "M" and len(w) >= 6:
                     p["maps"].append((int(w[2], 16), int(w[3], 16), int(w[4], 16), " ".join(w[5:])))

@@ -5,7 +5,7 @@
  *
  * locus tells it of every large allocation, resize and free as they happen,
  * through the weak reference locus_trace_observer (src/util/trace.c; needs
- * LOCUS_TRACE_FILE). Every period of CPU time (ITIMER_PROF, SIGPROF) the
+ * LOCUS_TRACE_FILE). Every period of CPU time (a POSIX CPU-time timer, SIGPROF) the
  * timer handler closes a sampling window — it records the set of arrays
  * touched since the previous tick — and opens the next one: every live
  * array's whole pages are made inaccessible (PROT_NONE). The first access
@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_ARR 1024
@@ -58,6 +58,7 @@ static uint64_t *wbuf;                 /* records: count, n, seq[n] */
 static size_t wlen, wlast = (size_t)-1;
 static int wfull;
 static struct sigaction old_segv;
+static timer_t timer;
 
 static void lock_on(void) {
   while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire)) {
@@ -208,17 +209,24 @@ __attribute__((constructor)) static void sample_start(void) {
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGPROF, &sa, NULL);
-  struct itimerval it = {{period_us / 1000000, period_us % 1000000}, {period_us / 1000000, period_us % 1000000}};
+  /* A POSIX timer, not setitimer: an interval timer survives execve and its
+   * SIGPROF would kill the next program (a shell script's interpreter, say)
+   * before its own copy of this library installs the handler. */
+  struct sigevent ev;
+  memset(&ev, 0, sizeof ev);
+  ev.sigev_notify = SIGEV_SIGNAL;
+  ev.sigev_signo = SIGPROF;
+  struct itimerspec it = {{period_us / 1000000, period_us % 1000000 * 1000},
+                          {period_us / 1000000, period_us % 1000000 * 1000}};
+  if (timer_create(CLOCK_PROCESS_CPUTIME_ID, &ev, &timer) != 0) return;
   active = 1;
-  setitimer(ITIMER_PROF, &it, NULL);
+  timer_settime(timer, 0, &it, NULL);
 }
 
 __attribute__((destructor)) static void sample_stop(void) {
   const char *out = getenv("LOCUS_SAMPLE_FILE");
   if (!active || !out) return;
-  struct itimerval off;
-  memset(&off, 0, sizeof off);
-  setitimer(ITIMER_PROF, &off, NULL);
+  timer_delete(timer);
   sigset_t block, prev;
   sigemptyset(&block);
   sigaddset(&block, SIGPROF);
