@@ -25,6 +25,7 @@ import sys
 import tempfile
 
 import cache
+import callsite
 
 HELP = """\
 usage: locus align [options] [--] CMD [ARG...]
@@ -190,6 +191,8 @@ class Resolver:
         self.maps = maps
         self.loads = {}
         self.cache = {}
+        self.verifier = callsite.Verifier()
+        self.chains = {}
 
     def locate(self, addr):
         for lo, hi, off, path in self.maps:
@@ -233,15 +236,58 @@ class Resolver:
                 self.cache[a] = {"object": path, "function": fn, "line": fl, "offset": v}
         return [self.cache[a] for a in addrs]
 
+    def inlined(self, info):
+        """The chain of inlined calls at a resolved address, innermost first
+        (addr2line -i): [(function, file:line)]; empty without addr2line."""
+        key = (info.get("object"), info.get("offset"))
+        if key in self.chains:
+            return self.chains[key]
+        chain = []
+        tool = shutil.which("addr2line")
+        if tool and key[0] and key[1] is not None:
+            try:
+                r = subprocess.run([tool, "-i", "-f", "-C", "-e", key[0], "%x" % (key[1] - 1)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True,
+                                   timeout=60)
+                lines = r.stdout.splitlines()
+                chain = [(lines[k], lines[k + 1].split(" (discriminator")[0]) for k in range(0, len(lines) - 1, 2)]
+            except (OSError, subprocess.SubprocessError):
+                chain = []
+        self.chains[key] = chain
+        return chain
+
     def site(self, cands, skip_objects):
-        """The call site: the first candidate outside the skipped objects with a
-        source line, else the first one outside them."""
+        c, i = self.site_raw(cands, skip_objects)
+        chain = self.inlined(i) if i.get("object") else []
+        if len(chain) > 1 and not chain[-1][1].startswith("??"):
+            # inlined (a template, an inline wrapper): the outermost frame is the caller's code
+            i = dict(i, function=chain[-1][0], line=chain[-1][1], inlined=["%s %s" % f for f in chain[:-1]])
+        return c, i
+
+    def site_raw(self, cands, skip_objects):
+        """The call site: among the candidates outside the skipped objects, the
+        first verified call to an allocation function (callsite.py) outside the
+        system libraries, else the first verified one; without any, the first
+        candidate with a source line, else the first (marked unverified)."""
         infos = self.resolve_all(cands)
         usable = [(c, i) for c, i in zip(cands, infos) if i["object"] not in skip_objects]
+        verified = []
+        for c, i in usable:
+            name = self.verifier.callee(i["object"], i.get("offset"))
+            if name and callsite.is_alloc(name):
+                i = dict(i, calls=name.split("@")[0], verified=True)
+                verified.append((c, i))
+        for c, i in verified:
+            if not callsite.is_system(i["object"]):
+                return c, i
+        if verified:
+            return verified[0]
         for c, i in usable:
             if not i["line"].startswith("??"):
-                return c, i
-        return usable[0] if usable else (None, {"object": None, "function": "??", "line": "??:0"})
+                return c, dict(i, verified=False)
+        if usable:
+            return usable[0][0], dict(usable[0][1], verified=False)
+        return None, {"object": None, "function": "??", "line": "??:0", "verified": False}
 
 
 def short_line(info):
@@ -282,7 +328,8 @@ def analyse(trace, sample, pid, threshold, levels, skip_objects):
         _, info = res.site(a["cands"], skip_objects)
         entry = {"id": len(arrays) + 1, "seq": seq, "addr": "0x%x" % a["addr"], "size": a["size"],
                  "via": a["via"], "site": short_line(info), "function": info.get("function"),
-                 "source": info.get("line"), "object": info.get("object"),
+                 "source": info.get("line"), "object": info.get("object"), "calls": info.get("calls"),
+                 "verified": bool(info.get("verified")), "inlined": info.get("inlined", []),
                  "offsets": {}, "sets": {}, "windows": 0}
         for lv in levels:
             m = a["addr"] % lv["modulus"]
@@ -358,7 +405,10 @@ def print_run(title, r, levels):
     for a in r["arrays"]:
         print("  #%-3d %-10s %-8d %s  %s%s" % (a["id"], cache.human(a["size"]), a["windows"],
                                             "  ".join("%-8s" % hexoff(a["offsets"][n]) for n in names),
-                                            a["site"], " (realloc)" if a["via"] == "realloc" else ""))
+                                            a["site"] + ("" if a["verified"] else " ?"),
+                                            " (realloc)" if a["via"] == "realloc" else ""))
+    if any(not a["verified"] for a in r["arrays"]):
+        print("  ? call site not verified (no call to an allocation function found before the return address)")
     if r["groups"]:
         print("  used together (share of the windows that touched a large array):")
         for g in r["groups"]:
