@@ -29,13 +29,14 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "os/os.h"
 #include "types.h"
 #include "util/error.h"
 #include "util/lock.h"
 
-#define SCAN_WORDS 64                  /* stack words examined per record */
+#define SCAN_WORDS 256                 /* stack words examined per record (2 KiB) */
 #define MAX_CAND 6                     /* call-site candidates kept per record */
 #define MAX_RANGES 256                 /* executable mappings remembered */
 
@@ -57,6 +58,7 @@ static struct {
 } ranges[MAX_RANGES];
 static int nranges;
 static uintptr_t self_lo, self_hi;    /* locus's own text: never a call site */
+static uintptr_t stack_lo, stack_hi;  /* the main thread's stack: the scan stops at its top */
 static char maps[64 * 1024];           /* /proc/self/maps, read once per process */
 
 void trace_start(const char *p) {
@@ -106,6 +108,10 @@ static void read_maps(int pid) {
       while (s < eol && *s != ' ') s++;
     }
     while (s < eol && *s == ' ') s++;
+    if (eol - s == 7 && !memcmp(s, "[stack]", 7)) {
+      stack_lo = lo;
+      stack_hi = hi;
+    }
     if (exec && s < eol && *s == '/') {
       if (self >= lo && self < hi) {
         self_lo = lo;
@@ -148,11 +154,16 @@ static bool ready(void) {
 }
 
 /* Appends the call-site candidates to line. The scan reads the stack above
- * this frame (the callers' frames); it never reads below the frame. */
+ * this frame (the callers' frames); it never reads below the frame, nor above
+ * the top of the main thread's stack. A thread's stack has its thread control
+ * block and TLS above the first frame (glibc), more than the 2 KiB scanned. */
 __attribute__((noinline, no_sanitize_address)) static size_t candidates(char *line, size_t n, size_t len) {
   const volatile uintptr_t *sp = (const volatile uintptr_t *)__builtin_frame_address(0);
-  int found = 0;
-  for (int i = 0; i < SCAN_WORDS && found < MAX_CAND; i++) {
+  int found = 0, limit = SCAN_WORDS;
+  uintptr_t at = (uintptr_t)sp;
+  if (at >= stack_lo && at < stack_hi && (stack_hi - at) / sizeof(uintptr_t) < (uintptr_t)limit)
+    limit = (int)((stack_hi - at) / sizeof(uintptr_t));
+  for (int i = 0; i < limit && found < MAX_CAND; i++) {
     uintptr_t w = sp[i];
     if (w >= self_lo && w < self_hi) continue;
     for (int r = 0; r < nranges; r++)

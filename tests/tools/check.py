@@ -50,6 +50,8 @@ def check_align():
         sites = [a["source"] or "" for a in arrays]
         if not all(os.path.basename(s).startswith("align_sweep.c:") for s in sites) or len(set(sites)) != 5:
             fail("%s run: allocation sites not resolved to five lines of align_sweep.c: %s" % (name, sites))
+        if not all(a["verified"] for a in arrays):
+            fail("%s run: call sites not verified: %s" % (name, [a["id"] for a in arrays if not a["verified"]]))
         # access pattern: #1-#4 together, #5 alone
         groups = [tuple(g["arrays"]) for g in x["groups"]]
         if (1, 2, 3, 4) not in groups or (5,) not in groups:

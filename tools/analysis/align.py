@@ -53,6 +53,7 @@ nothing could be traced (CMD not dynamically linked, or no large array).
 """
 
 PAGE = 4096
+MAX_ROWS = 24                          # arrays listed in the text report beyond those used together
 
 
 class Fail(Exception):
@@ -402,12 +403,20 @@ def print_run(title, r, levels):
     names = [lv["name"] for lv in levels]
     print("  %-4s %-10s %-8s %s  %s" % ("id", "size", "windows", "  ".join("%-8s" % ("mod " + n) for n in names),
                                          "allocated at"))
-    for a in r["arrays"]:
+    hot = {i for g in r["groups"] for i in g["arrays"]}
+    shown = [a for a in r["arrays"] if a["id"] in hot]
+    if len(shown) < MAX_ROWS:
+        shown += [a for a in r["arrays"] if a["id"] not in hot][:MAX_ROWS - len(shown)]
+    shown.sort(key=lambda a: a["id"])
+    for a in shown:
         print("  #%-3d %-10s %-8d %s  %s%s" % (a["id"], cache.human(a["size"]), a["windows"],
                                             "  ".join("%-8s" % hexoff(a["offsets"][n]) for n in names),
                                             a["site"] + ("" if a["verified"] else " ?"),
                                             " (realloc)" if a["via"] == "realloc" else ""))
-    if any(not a["verified"] for a in r["arrays"]):
+    if len(shown) < len(r["arrays"]):
+        print("  ... and %d more arrays, not in any group of arrays used together (all in --json)" %
+              (len(r["arrays"]) - len(shown)))
+    if any(not a["verified"] for a in shown):
         print("  ? call site not verified (no call to an allocation function found before the return address)")
     if r["groups"]:
         print("  used together (share of the windows that touched a large array):")
