@@ -112,7 +112,7 @@ def trace_arrays(path, pid):
                     live.pop(int(w[2], 16), None)
             except ValueError:
                 continue
-    return [(a, n, name) for a, (n, name) in sorted(live.items())]
+    return [(a, n, name) for a, (n, name) in sorted(live.items(), key=lambda t: int(t[1][1].split()[1]))]
 
 
 def frames(pagemap, start, length):
@@ -289,10 +289,15 @@ def main(args, prog="locus"):
                 cx, cy = per[x]["counts"], per[y]["counts"]
                 shared = sum(min(a, b) for a, b in zip(cx, cy))
                 both = [a + b for a, b in zip(cx, cy)]
+                n = per[x]["present"] + per[y]["present"]
+                capa = max(0, n - lv["ways"] * lv["colors"])
+                together = excess(both, lv["ways"])
                 pairs.append({"a": x + 1, "b": y + 1, "competing_pages": shared,
                               "shared_colors": sum(1 for a, b in zip(cx, cy) if a and b),
-                              "excess_together": excess(both, lv["ways"]),
-                              "excess_apart": per[x]["excess"] + per[y]["excess"]})
+                              "excess_together": together,
+                              "excess_apart": per[x]["excess"] + per[y]["excess"],
+                              "excess_placement_together": together - capa,
+                              "random_excess_placement_together": expected_excess(n, lv["colors"], lv["ways"]) - capa})
         pairs.sort(key=lambda q: -q["competing_pages"])
         report["levels"].append({"name": lv["name"], "colors": lv["colors"], "ways": lv["ways"],
                                  "cache_size": lv["size"], "arrays": per, "pairs": pairs})
@@ -316,12 +321,12 @@ def main(args, prog="locus"):
                 s["chi2"] / s["dof"] if s["dof"] else 0.0, s["excess_placement"], s["random_excess_placement"]))
         shown = [q for q in lv["pairs"] if q["competing_pages"]][:8]
         if shown:
-            print("  pairs competing for the same colours (pages in common colours; pages beyond the ways "
-                  "together / apart):")
+            print("  pairs competing for the same colours (pages on colours both use; pages beyond the ways "
+                  "due to placement when used together, random model):")
             for q in shown:
-                print("    #%d #%d: %d pages on %d shared colours; beyond ways %d / %d" % (
-                    q["a"], q["b"], q["competing_pages"], q["shared_colors"], q["excess_together"],
-                    q["excess_apart"]))
+                print("    #%d #%d: %d pages on %d shared colours; beyond the ways: %d (random %.1f)" % (
+                    q["a"], q["b"], q["competing_pages"], q["shared_colors"], q["excess_placement_together"],
+                    q["random_excess_placement_together"]))
     if json_out:
         text = json.dumps(report, indent=1)
         if json_out == "-":
