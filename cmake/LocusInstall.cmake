@@ -111,9 +111,9 @@ if(IS_ABSOLUTE "${CMAKE_INSTALL_DATADIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_BINDIR
 else()
   file(RELATIVE_PATH LOCUS_CLI_ANALYSIS_DIR /p/${CMAKE_INSTALL_BINDIR} /p/${CMAKE_INSTALL_DATADIR}/locus/analysis)
 endif()
-install(FILES ${PROJECT_SOURCE_DIR}/tools/analysis/cache.py ${PROJECT_SOURCE_DIR}/tools/analysis/align.py
-              ${PROJECT_SOURCE_DIR}/tools/analysis/pages.py
-        DESTINATION ${CMAKE_INSTALL_DATADIR}/locus/analysis)
+file(GLOB _locus_analysis_py ${PROJECT_SOURCE_DIR}/tools/analysis/*.py)
+install(FILES ${_locus_analysis_py} DESTINATION ${CMAKE_INSTALL_DATADIR}/locus/analysis)
+unset(_locus_analysis_py)
 configure_file(${PROJECT_SOURCE_DIR}/tools/locus ${PROJECT_BINARY_DIR}/tools/install/locus @ONLY)
 install(PROGRAMS ${PROJECT_BINARY_DIR}/tools/install/locus DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/docs/locus.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
