@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctest tools_*: the analysers of the locus command on constructed cases.
 
-usage: check.py align|pages|bad_input LOCUS ALIGN_SWEEP PAGES_CASE
+usage: check.py align|pages|bad_input|trace LOCUS ALIGN_SWEEP PAGES_CASE TRACE_CASE
 Exit 0 pass, 1 fail, 77 skip.
 """
 
@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-mode, locus, sweep, pages_case = sys.argv[1:5]
+mode, locus, sweep, pages_case, trace_case = sys.argv[1:6]
 tmp = tempfile.mkdtemp(prefix="locus-tools.")
 
 
@@ -155,8 +155,44 @@ def check_bad_input():
         say("not root (or no setpriv): the unprivileged pagemap case is not run")
 
 
+def check_trace():
+    lib = os.environ["LOCUS_LIB"]
+    path = os.path.join(tmp, "t.trace")
+    env = dict(os.environ, LD_PRELOAD=lib)
+    env.pop("LOCUS_TRACE_FILE", None)
+    run([trace_case], want=0, env=env)
+    if os.path.exists(path):
+        fail("a trace file appeared without LOCUS_TRACE_FILE")
+    env["LOCUS_TRACE_FILE"] = path
+    r = run([trace_case], want=0, env=env)
+    addr = {w[0]: int(w[1], 16) for w in (l.split() for l in r.stdout.splitlines())}
+    lines = [l.split() for l in open(path)]
+    if not lines or lines[0][0] != "H" or lines[0][2:4] != ["locus-trace", "1"]:
+        fail("first line %s, expected the H header" % (lines[:1],))
+    maps = [(int(w[2], 16), int(w[3], 16)) for w in lines if w[0] == "M" and w[5] == os.path.realpath(trace_case)]
+    if not maps:
+        fail("no M line for the program %s" % trace_case)
+    events = [w for w in lines if w[0] in "ARF"]
+    got = [(w[0],) + tuple(w[2:5] if w[0] == "A" else w[2:6] if w[0] == "R" else w[2:3]) for w in events]
+    want = [("A", "1", "%x" % addr["a"], str(2 << 20)),
+            ("R", "2", "%x" % addr["a"], "%x" % addr["b"], str(64 << 20)),
+            ("F", "%x" % addr["b"]),
+            ("A", "3", "%x" % addr["c"], str(3 << 20)),
+            ("F", "%x" % addr["c"])]
+    # growing over a cached neighbour or copying into a cached segment frees the old block first
+    got = [g for g in got if not (g[0] == "F" and g[1] == "%x" % addr["a"] and addr["a"] != addr["b"])]
+    if got != want:
+        fail("events %s, expected %s" % (got, want))
+    for w in events:
+        if w[0] in "AR":
+            cands = [int(x, 16) for x in w[6 if w[0] == "R" else 5:]]
+            if not any(lo <= c < hi for c in cands for lo, hi in maps):
+                fail("%s record without a call-site candidate in the program: %s" % (w[0], " ".join(w)))
+    say("header, mapping, A/R/F events of the large blocks only, call-site candidates: ok")
+
+
 try:
-    {"align": check_align, "pages": check_pages, "bad_input": check_bad_input}[mode]()
+    {"align": check_align, "pages": check_pages, "bad_input": check_bad_input, "trace": check_trace}[mode]()
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 say("PASS")
