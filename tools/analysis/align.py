@@ -364,20 +364,18 @@ def analyse(trace, sample, pid, threshold, levels, skip_objects):
             continue
         same = {lv["name"]: arrays[i - 1]["sets"][lv["name"]] == arrays[j - 1]["sets"][lv["name"]] for lv in levels}
         pairs.append({"a": i, "b": j, "windows": n, "same_set": same})
-    # per group and level: arrays starting in the same set, against the ways
+    # per level: the arrays of the colliding pairs, by set, against the ways
     clusters = []
-    for g in hot_groups:
-        if len(g["arrays"]) < 2:
-            continue
-        for lv in levels:
-            by_set = {}
-            for i in g["arrays"]:
-                by_set.setdefault(arrays[i - 1]["sets"][lv["name"]], []).append(i)
-            for st, ids in sorted(by_set.items()):
-                if len(ids) >= 2:
-                    clusters.append({"group": g["arrays"], "level": lv["name"], "modulus": lv["modulus"],
-                                     "set": st, "arrays": ids, "ways": lv["ways"],
-                                     "exceeds_ways": bool(lv["ways"] and len(ids) > lv["ways"])})
+    for lv in levels:
+        by_set = {}
+        for q in pairs:
+            if q["same_set"][lv["name"]]:
+                st = arrays[q["a"] - 1]["sets"][lv["name"]]
+                by_set.setdefault(st, set()).update((q["a"], q["b"]))
+        for st, ids in sorted(by_set.items()):
+            ids = sorted(ids)
+            clusters.append({"level": lv["name"], "modulus": lv["modulus"], "set": st, "arrays": ids,
+                             "ways": lv["ways"], "exceeds_ways": bool(lv["ways"] and len(ids) > lv["ways"])})
     return {"pid": pid, "arrays": arrays, "sampled_windows": s["windows"] if s else 0,
             "busy_windows": busy, "period_us": s["period"] if s else None, "groups": hot_groups,
             "pairs": pairs, "collisions": [q for q in pairs if q["same_set"]["4K"]], "clusters": clusters}
@@ -403,7 +401,7 @@ def print_run(title, r, levels):
     names = [lv["name"] for lv in levels]
     print("  %-4s %-10s %-8s %s  %s" % ("id", "size", "windows", "  ".join("%-8s" % ("mod " + n) for n in names),
                                          "allocated at"))
-    hot = {i for g in r["groups"] for i in g["arrays"]}
+    hot = {i for g in r["groups"] for i in g["arrays"]} | {i for q in r["pairs"] for i in (q["a"], q["b"])}
     shown = [a for a in r["arrays"] if a["id"] in hot]
     if len(shown) < MAX_ROWS:
         shown += [a for a in r["arrays"] if a["id"] not in hot][:MAX_ROWS - len(shown)]
@@ -414,7 +412,7 @@ def print_run(title, r, levels):
                                             a["site"] + ("" if a["verified"] else " ?"),
                                             " (realloc)" if a["via"] == "realloc" else ""))
     if len(shown) < len(r["arrays"]):
-        print("  ... and %d more arrays, not in any group of arrays used together (all in --json)" %
+        print("  ... and %d more arrays, not used with others (all in --json)" %
               (len(r["arrays"]) - len(shown)))
     if any(not a["verified"] for a in shown):
         print("  ? call site not verified (no call to an allocation function found before the return address)")
