@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctest tools_*: the analysers of the locus command on constructed cases.
 
-usage: check.py align|pages|bad_input|trace LOCUS ALIGN_SWEEP PAGES_CASE TRACE_CASE
+usage: check.py align|pages|bad_input|trace|rss LOCUS ALIGN_SWEEP PAGES_CASE TRACE_CASE
 Exit 0 pass, 1 fail, 77 skip.
 """
 
@@ -191,8 +191,39 @@ def check_trace():
     say("header, mapping, A/R/F events of the large blocks only, call-site candidates: ok")
 
 
+def check_rss():
+    out = os.path.join(tmp, "r%p.txt")
+    # a program that grows to 64 MiB resident, holds it, then exits with status 3
+    prog = "import time; b = bytearray(64 << 20); time.sleep(0.5); raise SystemExit(3)"
+    r = run([locus, "run", "--stats=" + out, "--rss=" + out, "--rss-interval", "20", "--", sys.executable, "-c",
+             prog], want=3)
+    files = [f for f in os.listdir(tmp) if f.startswith("r") and f.endswith(".txt")]
+    if len(files) != 1:
+        fail("expected one r<pid>.txt, found %s" % files)
+    path = os.path.join(tmp, files[0])
+    r = run([locus, "stats", "--json", path], want=0)
+    d = json.loads(r.stdout)
+    if len(d["processes"]) != 1 or len(d["rss"]) != 1:
+        fail("locus stats --json: %d reports and %d RSS series, expected 1 and 1" % (len(d["processes"]),
+                                                                                   len(d["rss"])))
+    series = list(d["rss"].values())[0]
+    peak = max(kb for _, kb in series)
+    if len(series) < 5 or peak < 64 << 10:
+        fail("RSS series of %d samples peaking at %d KiB, expected >= 5 samples and >= 65536 KiB" %
+             (len(series), peak))
+    if any(b[0] < a[0] for a, b in zip(series, series[1:])):
+        fail("RSS series times not increasing")
+    r = run([locus, "stats", path], want=0)
+    if "resident set size over" not in r.stdout:
+        fail("locus stats does not summarise the RSS series: %s" % r.stdout)
+    run([locus, "run", "--rss-interval", "0", "--rss=" + out, "--", "true"], want=2)
+    run([locus, "run", "--rss=" + out, "--", os.path.join(tmp, "missing")], want=127)
+    say("--rss: exit status 3 kept, %d samples peaking at %d MiB, stats summary and JSON: ok" %
+        (len(series), peak >> 10))
+
+
 try:
-    {"align": check_align, "pages": check_pages, "bad_input": check_bad_input, "trace": check_trace}[mode]()
+    {"align": check_align, "pages": check_pages, "bad_input": check_bad_input, "trace": check_trace, "rss": check_rss}[mode]()
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 say("PASS")
