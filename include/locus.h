@@ -93,6 +93,16 @@ int locus_rebind(void);
  * block cancels what is still pending. See docs/numa.md for its cost. */
 int locus_next_touch(void *p, size_t len);
 
+/* Physical page colours (S. Valat, PhD thesis, 2014, Ch.3): a physically
+ * indexed cache of size S with A ways and pages of U bytes has S / A / U page
+ * colours, and a page of frame number F has colour F mod colours. Adds to
+ * counts[c] (colors entries, the caller clears them) the pages of [p, p+len)
+ * that are present in memory and have colour c. Returns the number of pages
+ * counted, or -1 with errno = EINVAL (p or counts NULL, colors 0), EPERM (the
+ * kernel hides frame numbers: the process lacks CAP_SYS_ADMIN), or the error
+ * of reading /proc/self/pagemap. Works on any memory, not only locus's. */
+long locus_page_colors(const void *p, size_t len, unsigned colors, size_t *counts);
+
 /* Return every cached (free but retained) byte of every memory source to the
  * OS now. Returns the number of bytes released. Resident memory goes down. */
 size_t locus_release(void);

@@ -10,6 +10,7 @@
 #include "heap/heap.h"
 #include "os/os.h"
 #include "util/options.h"
+#include "util/trace.h"
 
 /* Sizes at or above this can never be satisfied (glibc uses the same bound). */
 #define MAX_REQUEST ((size_t)PTRDIFF_MAX - 2 * PAGE_SIZE)
@@ -247,6 +248,7 @@ LOCUS_EXPORT void *locus_realloc(void *p, size_t size) {
   case REGION_LARGE:
     if (size > locus_opt.large_threshold) {
       void *q = large_realloc((large_t *)r, p, size);
+      if (unlikely(locus_trace_on) && q) trace_realloc(p, q, size);
       if (q) return q;                 /* else mremap could not: copy below */
     }
     break;

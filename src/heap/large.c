@@ -11,6 +11,7 @@
 #include "numa/next_touch.h"
 #include "os/os.h"
 #include "util/options.h"
+#include "util/trace.h"
 
 #define HDR_ROOM 64u
 
@@ -75,6 +76,7 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
     memset(p, 0, head < size ? head : size);
     if (page < base + total) os_zero_resident(page, (size_t)(base + total - page));
   }
+  if (unlikely(locus_trace_on)) trace_alloc(p, size);
   return p;
 }
 
@@ -88,6 +90,7 @@ large_t *large_check(region_t *r, const void *p, const char *fn) {
 }
 
 void large_free(large_t *l) {
+  if (unlikely(locus_trace_on)) trace_free((char *)l + l->user_off);
   if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);
   l->magic = 0;
   atomic_fetch_sub_explicit(&l->r.heap->st_large_bytes, l->r.size, memory_order_relaxed);

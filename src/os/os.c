@@ -212,6 +212,22 @@ int os_read_file(const char *path, char *buf, size_t len) {
   return (int)n;
 }
 
+long os_pagemap_read(uintptr_t first, size_t n, uint64_t *entries) {
+  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = pread(fd, (char *)entries + got * 8, (n - got) * 8, (off_t)((first + got) * 8));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r / 8;
+  }
+  int saved = errno;
+  close(fd);
+  errno = saved;
+  return got || !n ? (long)got : -1;
+}
+
 int os_open_append(const char *path) {
   return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
 }

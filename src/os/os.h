@@ -53,6 +53,10 @@ int os_thread_cpus(uint64_t *bits, size_t words);
  * every variable: see os_secure(). */
 const char *os_getenv(const char *name);
 int os_read_file(const char *path, char *buf, size_t len);
+/* The /proc/self/pagemap entries of the n pages from page number `first`
+ * (address / page size): bit 63 present, bits 0-54 the frame number (0 when
+ * the kernel hides it). Returns the entries read, or -1 (errno set). */
+long os_pagemap_read(uintptr_t first, size_t n, uint64_t *entries);
 /* A file opened for appending (created 0644), or -1. */
 int os_open_append(const char *path);
 void os_close(int fd);

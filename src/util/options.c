@@ -18,6 +18,7 @@
 #include "source/source.h"
 #include "types.h"
 #include "util/lock.h"
+#include "util/trace.h"
 
 options_t locus_opt = {
   .profile = PROFILE_UMA,
@@ -38,6 +39,7 @@ const char *profile_name(profile_t p) { return profile_names[p]; }
 /* The statistics file name; written under the lock, copied out under it. */
 static lock_t file_lock;
 static char stats_file[256];
+static char trace_file[256];           /* start-up only: read once, then trace.c keeps a copy */
 
 /* Bytes a source keeps under the profile: eco keeps nothing (memory goes back
  * to the OS at once), unless it releases lazily (MADV_FREE), where it keeps
@@ -104,7 +106,7 @@ typedef struct {
   opt_type_t type;
   size_t lo, hi;                   /* T_SIZE */
   const char *const *choices;      /* T_ENUM */
-  void *field;                     /* atomic_bool, atomic_size_t, size_t, _Atomic profile_t */
+  void *field;                     /* atomic_bool, atomic_size_t, size_t, _Atomic profile_t, char[256] */
   void (*changed)(void);           /* run after a run-time change */
 } option_t;
 
@@ -141,7 +143,11 @@ static option_t table[] = {
    T_BOOL, 0, 0, NULL, &locus_opt.stats, NULL},
   {{"stats_file", "LOCUS_STATS_FILE", "string", "", "a path (up to 255 bytes)",
     "Append the statistics report to this file instead of stderr. Ignored in secure-execution mode.", RT},
-   T_STRING, 0, 0, NULL, NULL, NULL},
+   T_STRING, 0, 0, NULL, stats_file, NULL},
+  {{"trace_file", "LOCUS_TRACE_FILE", "string", "", "a path (up to 255 bytes)",
+    "Append a line per large allocation, resize and free (address, size, call-site candidates) to this "
+    "file, for locus align. Off when empty. Ignored in secure-execution mode.", START},
+   T_STRING, 0, 0, NULL, trace_file, NULL},
   {{"numa", "LOCUS_NUMA", "policy", "local", "local, interleave, bind:N, preferred:N (N an allowed node)",
     "Where memory goes when the program does not say: local (the thread's node when it is bound to one "
     "node and the profile is numa, else first touch), interleave (pages round-robin over the allowed "
@@ -213,10 +219,10 @@ static bool store(option_t *o, const char *v) {
         return true;
       }
     return false;
-  case T_STRING:
+  case T_STRING:                      /* field: a char[256] */
     if (strlen(v) >= sizeof stats_file) return false;
     lock_acquire(&file_lock);
-    strcpy(stats_file, v);
+    strcpy((char *)o->field, v);
     lock_release(&file_lock);
     return true;
   }
@@ -231,7 +237,9 @@ static size_t value_text(const option_t *o, char *buf, size_t len) {
   case T_ENUM: return fmt_buf(buf, len, "%s", o->choices[atomic_load((_Atomic profile_t *)o->field)]);
   case T_STRING: {
     char tmp[sizeof stats_file];
-    options_stats_file(tmp, sizeof tmp);
+    lock_acquire(&file_lock);
+    fmt_buf(tmp, sizeof tmp, "%s", (const char *)o->field);
+    lock_release(&file_lock);
     return fmt_buf(buf, len, "%s", tmp);
   }
   case T_NUMA:
@@ -265,12 +273,14 @@ void options_init(void) {
       locus_warn("%s=\"%s\" is not one of %s (allowed nodes: %d of %d); using the default %s", o->info.env, s,
                  o->info.range, topology_allowed_count(), topology_nodes(), o->info.def);
     else if (o->type == T_STRING)
-      locus_warn("%s is longer than %zu bytes; using the default (stderr)", o->info.env, sizeof stats_file - 1);
+      locus_warn("%s is longer than %zu bytes; using the default (%s)", o->info.env, sizeof stats_file - 1,
+                 o->field == stats_file ? "stderr" : "none");
     else
       locus_warn("%s=\"%s\" is not one of %s; using the default %s", o->info.env, s, o->info.range,
                  o->info.def);
   }
   update_bound();
+  if (trace_file[0]) trace_start(trace_file);
 }
 
 /* ---- reports --------------------------------------------------------------- */
