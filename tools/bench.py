@@ -51,6 +51,8 @@ WORKLOADS = [
     ("cache_align", "cache_align", []),
     ("small_random", "small_random", []),
     ("small_ring", "small_ring", []),
+    ("phased", "phased", []),
+    ("stencil", "stencil", []),
 ]
 
 # Peers: name -> candidate shared objects (the first that exists is used).
@@ -66,6 +68,7 @@ LOCUS_PROFILES = [
     ("locus-eco", {"LOCUS_PROFILE": "eco"}),
     ("locus-eco-lazy", {"LOCUS_PROFILE": "eco", "LOCUS_LAZY_RELEASE": "1"}),
     ("locus-numa", {"LOCUS_PROFILE": "numa"}),
+    ("locus-auto", {"LOCUS_PROFILE": "auto"}),
 ]
 
 PEER_NAMES = [p[0] for p in PEERS]
