@@ -36,6 +36,16 @@ static bool want_huge(size_t total) {
          atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) != PROFILE_ECO;
 }
 
+/* A huge block's region is rounded up to whole huge pages when that adds at
+ * most 1/8 of it: its tail is then backed by a huge page too, and its cached
+ * segment keeps whole huge pages. The padding is touched only when the tail
+ * is (a huge page is committed whole): at most 12.5 % more committed memory,
+ * about 3 % on average for blocks of 4-32 MiB. */
+static size_t huge_round(size_t total) {
+  size_t r = align_up(total, os_features.huge_page_size);
+  return r - total <= total / 8 ? r : total;
+}
+
 static size_t region_bytes(size_t off, size_t size) {
   size_t n = align_up(off + size, PAGE_SIZE);
   return n < SLICE_SIZE ? SLICE_SIZE : n;
@@ -58,7 +68,9 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
     return NULL;
   }
   size_t total = region_bytes(off + slack, size);
-  region_t *r = source_alloc(src, total, want_huge(total) ? SRC_HUGE : 0);
+  bool huge = want_huge(total);
+  if (huge) total = huge_round(total);
+  region_t *r = source_alloc(src, total, huge ? SRC_HUGE : 0);
   if (!r) {
     errno = ENOMEM;
     return NULL;

@@ -7,7 +7,16 @@
  *
  * Invariants: every cached segment is page-aligned, at least one registry
  * slice long, and belongs to no region (it is not in the registry). `cached`
- * is the sum of the cached sizes and never exceeds the profile's bound. */
+ * is the sum of the cached sizes and never exceeds the profile's bound (the
+ * auto profile's bound moves: a lower one is applied at the next tick). A
+ * segment or region marked huge starts on a huge-page boundary in a mapping
+ * advised for huge pages (when the THP mode asks for advice); splits of huge
+ * segments for huge requests fall on huge-page boundaries.
+ *
+ * Huge pages (LOCUS_THP): fresh mappings for large blocks of 4 MiB or more
+ * start on a 2 MiB boundary and are advised as a whole; a cached huge segment
+ * that must grow and cannot grow in place moves (mremap, page tables only) to
+ * a 2 MiB boundary, so its huge pages move whole instead of being split. */
 #define _GNU_SOURCE
 #include <string.h>
 
@@ -139,6 +148,7 @@ static region_t *region_init(source_t *s, void *base, size_t size, bool zeroed, 
   /* Huge only while it starts on a huge-page boundary (mremap may move it off one). */
   huge = huge && !((uintptr_t)base & (os_features.huge_page_size - 1));
   *r = (region_t){.size = size, .zeroed = zeroed, .flags = huge ? REGION_HUGE : 0, .map = map, .source = s};
+  LOCUS_ASSERT(!(r->flags & REGION_HUGE) || os_features.huge_page_size);
   accounting_out(s, size);
   huge_count(r, true);
   return r;
@@ -437,6 +447,8 @@ static void source_check_locked(const source_t *s) {
     uintptr_t a = (uintptr_t)g->base;
     if ((a & (os_page_size() - 1)) || g->size % PAGE_SIZE || g->size < SLICE_SIZE)
       locus_fatal("source %d: cached segment %p of %zu bytes is misaligned or below a slice", s->node, g->base, g->size);
+    if (g->huge && (a & (os_features.huge_page_size - 1)))
+      locus_fatal("source %d: cached huge segment %p does not start on a huge-page boundary", s->node, g->base);
     if (registry_lookup(g->base))
       locus_fatal("source %d: cached segment %p is still recorded as a region", s->node, g->base);
     for (size_t j = i + 1; j < s->nseg; j++) {
