@@ -261,11 +261,11 @@ def plot_phased(outdir, runs, summ):
         m = summ[name]["rss_1s_after_mib"]
         r = min(rs, key=lambda x: abs(x["value"] - m))      # the run closest to the median
         pts = [d for d in r["data"] if d.get("series") == "rss"]
-        change = next((d["t"] for d in pts if d.get("phase") == 2), None)
-        ax.plot([d["t"] for d in pts], [d["rss_mib"] for d in pts], label=name)
-        if change is not None:
-            ax.axvline(change, color="grey", lw=0.5, ls=":")
-    ax.set_xlabel("time (s); dotted: end of each run's time-step phase")
+        change = next((d["t"] for d in pts if d.get("phase") == 2), 0.0)
+        ax.plot([d["t"] - change for d in pts], [d["rss_mib"] for d in pts], label=name, lw=1)
+    ax.axvline(0, color="grey", lw=0.8, ls=":")
+    ax.axvline(1, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("time since the end of the time-step phase (s); dashed: 1 s after")
     ax.set_ylabel("resident set (MiB)")
     ax.set_title("bench_phased: time-step phase, then small objects only")
     ax.legend()
@@ -283,7 +283,13 @@ def main():
     ap.add_argument("--locus-lib", default=os.path.join(REPO, "build", "liblocus.so"))
     ap.add_argument("--bin-dir", default=os.path.join(REPO, "build", "bench"))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--replot", default=None, help="redraw rss_phased.png of an earlier output directory")
     args = ap.parse_args()
+    if args.replot:
+        with open(os.path.join(args.replot, "results.json")) as f:
+            ph = json.load(f)["phased"]
+        print(plot_phased(args.replot, ph["runs"], ph["summary"]))
+        return
     if args.repeat is None:
         args.repeat = 1 if args.quick else 5
     lib = os.path.abspath(args.locus_lib)
