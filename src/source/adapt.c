@@ -3,13 +3,15 @@
  *  - A cached segment is kept while it is likely to be asked for again: the
  *    window is ADAPT_WINDOW_FACTOR times the reuse distance observed on the
  *    source's hits (the time between a segment's caching and its reuse; a
- *    maximum that decays by 1/64 per hit), within [ADAPT_WINDOW_MIN_NS,
- *    ADAPT_WINDOW_MAX_NS]. Segments older than the window go back to the OS,
+ *    maximum that decays by 1/64 per tick of the source, a half-life of
+ *    about 0.45 s), within [ADAPT_WINDOW_MIN_NS, ADAPT_WINDOW_MAX_NS]. Segments older than the window go back to the OS,
  *    oldest first.
  *  - A miss (a fresh mapping: page faults and system calls) for at least half
  *    the bytes a decay released within the longest window is a regret: the
- *    program reuses at a longer distance than measured, and the distance
- *    since the released memory was cached counts as an observed one.
+ *    program reuses at a longer distance than measured: the distance since
+ *    the released memory was cached counts as an observed one, and the
+ *    measured distance at least doubles. Growth by mremap (of a cached
+ *    segment or of a live block) counts as a miss for its new tail.
  *  - Memory pressure bounds the cache: at most half of the headroom left (the
  *    smaller of MemAvailable and the cgroup's limit minus its usage, less our
  *    own growth since the sample, less a reserve); PSI "some avg10" of
@@ -93,7 +95,7 @@ uint64_t adapt_window(const adapt_t *a) {
 
 void adapt_hit(adapt_t *a, uint64_t cached_ns, uint64_t now) {
   uint64_t d = now > cached_ns ? now - cached_ns : 0;
-  uint64_t r = a->reuse_ns - a->reuse_ns / 64;
+  uint64_t r = a->reuse_ns;            /* decays with time, in source_decay */
   if (d > r) r = d;
   if (r > ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR) r = ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR;
   a->reuse_ns = r;
@@ -105,7 +107,7 @@ void adapt_miss(adapt_t *a, size_t size, uint64_t now) {
   if (!a->last_decay_bytes || a->last_decay_ns + ADAPT_WINDOW_MAX_NS < now || a->last_decay_bytes < size / 2) return;
   /* The distance this reuse would have needed: since the released memory was cached. */
   uint64_t r = now > a->last_decay_cached_ns ? now - a->last_decay_cached_ns : 0;
-  if (r < a->reuse_ns) r = a->reuse_ns;
+  if (r < 2 * a->reuse_ns) r = 2 * a->reuse_ns;   /* at least double: the measure fell short */
   a->reuse_ns = r > ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR ? ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR : r;
   a->last_decay_bytes = 0;             /* one regret per decay */
   atomic_fetch_add_explicit(&a->regrets, 1, memory_order_relaxed);

@@ -190,6 +190,9 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
         return region_init(s, g.base, size, false, g.map, g.huge);
       }
       seg_remove(s, (size_t)i);
+      /* Grown with mremap: the new tail faults as a miss would, and a longer
+       * window might have kept a segment that holds the whole request. */
+      if (now) adapt_miss(&s->adapt, size - g.size, now);
       lock_release(&s->lock);
       stat_sub(&locus_stats.cached, g.size);
       void *p = g.huge ? os_remap_aligned(g.base, g.size, size, os_features.huge_page_size)
@@ -339,6 +342,12 @@ bool source_extend(region_t *r, size_t new_size) {
 region_t *source_resize(region_t *r, size_t new_size) {
   source_t *s = r->source;
   size_t old_size = r->size;
+  uint64_t now = auto_now();
+  if (now && new_size > old_size) {    /* the new tail faults: nothing cached could serve it */
+    lock_acquire(&s->lock);
+    adapt_miss(&s->adapt, new_size - old_size, now);
+    lock_release(&s->lock);
+  }
   huge_count(r, false);
   region_t *q = (r->flags & REGION_HUGE) && new_size > old_size
                     ? os_remap_aligned(r, old_size, new_size, os_features.huge_page_size)
@@ -397,6 +406,7 @@ size_t source_decay(source_t *s, uint64_t now) {
     seg_t victims[16];
     size_t n = 0;
     lock_acquire(&s->lock);
+    if (!freed) a->reuse_ns -= a->reuse_ns / 64;   /* once per tick: half-life about 0.45 s */
     uint64_t w = adapt_window(a);
     atomic_store_explicit(&a->window_ns, w, memory_order_relaxed);
     while (n < 16) {                     /* the oldest stale segment first */
@@ -410,9 +420,14 @@ size_t source_decay(source_t *s, uint64_t now) {
     size_t bytes = 0;
     for (size_t i = 0; i < n; i++) bytes += victims[i].size;
     if (n) {
-      if (!freed) a->last_decay_cached_ns = victims[0].ns;   /* the oldest of this decay */
+      /* Decays within the longest window add up: a regret compares a miss
+       * with all the memory released lately, not only the latest piece. */
+      if (a->last_decay_ns + ADAPT_WINDOW_MAX_NS < now) {
+        a->last_decay_bytes = 0;
+        a->last_decay_cached_ns = victims[0].ns;   /* the oldest released lately */
+      }
       a->last_decay_ns = now;
-      a->last_decay_bytes = freed + bytes;
+      a->last_decay_bytes += bytes;
     }
     lock_release(&s->lock);
     if (!n) break;

@@ -93,26 +93,27 @@ static void test_steady_reuse_stays(void) {
   CHECK(s1.bytes_cached >= 24 * MB, "still cached after the loop (%lu)", (unsigned long)s1.bytes_cached);
 }
 
+/* Reuse every 250 ms: longer than the shortest window. The window must end
+ * up covering it (learnt from the regrets, unless an earlier test under a
+ * loaded machine already widened it) and the segment be reused. */
 static void test_longer_distance_learnt(void) {
   locus_set_profile("auto");
   locus_release();
-  long r0 = source_field("regrets");
-  locus_stats_t s0 = stats();
+  long r0 = source_field("regrets"), w0 = source_field("auto_window_ms");
   size_t late_hits = 0;
   for (int i = 0; i < 8; i++) {
     locus_stats_t b = stats();
-    char *p = malloc(24 * MB);
+    char *p = malloc(8 * MB);
     if (i >= 4) late_hits += stats().cache_hits - b.cache_hits;
-    memset(p, i, 24 * MB);
+    memset(p, i, 8 * MB);
     free(p);
-    sleep_ms(300);
+    sleep_ms(250);
   }
   long regrets = source_field("regrets") - r0;
   long w = source_field("auto_window_ms");
-  CHECK(regrets >= 1, "a miss after a decay is a regret (%ld)", regrets);
-  CHECK(w >= 300, "window widened to the reuse distance (%ld ms)", w);
+  if (w0 < 250) CHECK(regrets >= 1, "a miss after a decay is a regret (%ld; window was %ld ms)", regrets, w0);
+  CHECK(w >= 250, "window widened to the reuse distance (%ld ms)", w);
   CHECK(late_hits >= 3, "reused once learnt (%zu of the last 4)", late_hits);
-  (void)s0;
 }
 
 static void test_other_profiles_do_not_decay(void) {
