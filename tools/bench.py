@@ -653,7 +653,11 @@ def main():
     log("bench: %s mode, %d workload(s) x %d allocator(s) x %d repeat(s) -> %s" % (
         "quick" if args.quick else "full", len(workloads), len(allocs), repeat, outdir))
 
-    plan = [(rep, w, a) for rep in range(repeat) for w in workloads for a in allocs]
+    # The allocators' order rotates from one repetition to the next: a run
+    # inherits the machine's state (free huge pages, page cache) from the run
+    # before it, and no allocator should always come first.
+    plan = [(rep, w, a) for rep in range(repeat) for w in workloads
+            for a in allocs[rep % len(allocs):] + allocs[:rep % len(allocs)]]
     prog = Progress(len(plan))
     runs = []
     interrupted = False
