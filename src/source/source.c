@@ -179,6 +179,7 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
         if (rest >= SLICE_SIZE) {          /* split: the tail stays cached */
           s->seg[i].base = (char *)g.base + size;
           s->seg[i].size = rest;
+          s->seg[i].huge = g.huge && !(((uintptr_t)g.base + size) & (os_features.huge_page_size - 1));
           s->cached -= size;
         } else {
           seg_remove(s, (size_t)i);
@@ -321,6 +322,7 @@ bool source_extend(region_t *r, size_t new_size) {
     } else {
       g->base = end + need;
       g->size -= need;
+      g->huge = g->huge && !((uintptr_t)g->base & (os_features.huge_page_size - 1));
       s->cached -= need;
     }
     s->hits++;
