@@ -48,7 +48,9 @@ size_t locus_usable_size(const void *ptr);
  * A profile sets how much freed memory the memory sources keep for reuse:
  *   "eco"  keep nothing: memory goes back to the OS at once (lowest footprint);
  *   "uma"  keep up to LOCUS_CACHE_MAX bytes (default 500 MiB) in total;
- *   "numa" keep up to LOCUS_CACHE_MAX bytes per NUMA node.
+ *   "numa" keep up to LOCUS_CACHE_MAX bytes per NUMA node;
+ *   "auto" decide per source (per node, as numa) from how soon freed memory
+ *          is reused and from memory pressure, up to LOCUS_CACHE_MAX.
  * The initial profile comes from LOCUS_PROFILE (default "uma").
  * Returns 0, or -1 with errno = EINVAL for an unknown name. Switching to a
  * profile with a smaller bound releases the excess at once. */
@@ -149,6 +151,10 @@ typedef struct locus_stats {
   uint64_t cache_hits, cache_misses;
   uint64_t bytes_returned;      /* bytes given back to the OS (munmap/madvise) */
   uint64_t heaps_live, heaps_orphaned;
+  /* Added with the auto profile and LOCUS_THP (at the end: older fields keep their offsets). */
+  uint64_t bytes_huge;          /* whole 2 MiB pages of live large blocks placed and advised for THP */
+  uint64_t bytes_decayed;       /* auto: cached bytes released because they were not reused in time */
+  uint64_t bytes_pressure_released;  /* auto: cached bytes released under memory pressure */
 } locus_stats_t;
 
 /* Fill *st with process-wide totals. */

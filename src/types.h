@@ -74,6 +74,7 @@ struct heap_s;
 /* region_t.flags */
 #define REGION_NEXT_TOUCH 1u          /* locus_next_touch was asked on it (large blocks) */
 #define REGION_MISPLACED 2u           /* pages may have left the source's node: not cached again */
+#define REGION_HUGE 4u                /* starts on a huge-page boundary in a mapping advised for huge pages */
 
 typedef struct region_s {
   size_t size;                 /* mapped bytes from the region start */

@@ -65,6 +65,8 @@ WORKLOADS = [
     ("ab_churn", "ab_churn", []),
     ("ab_cxx", "ab_cxx", []),
     ("ab_omp", "ab_omp", []),
+    ("phased", "phased", []),
+    ("stencil", "stencil", []),
 ]
 
 # Programs that need more than a C compiler (g++, OpenMP): when they were not
@@ -84,6 +86,7 @@ LOCUS_PROFILES = [
     ("locus-eco", {"LOCUS_PROFILE": "eco"}),
     ("locus-eco-lazy", {"LOCUS_PROFILE": "eco", "LOCUS_LAZY_RELEASE": "1"}),
     ("locus-numa", {"LOCUS_PROFILE": "numa"}),
+    ("locus-auto", {"LOCUS_PROFILE": "auto"}),
 ]
 
 PEER_NAMES = [p[0] for p in PEERS]
@@ -791,7 +794,11 @@ def main():
     log("bench: %s mode, %d workload(s) x %d allocator(s) x %d repeat(s) -> %s" % (
         "quick" if args.quick else "full", len(workloads), len(allocs), repeat, outdir))
 
-    plan = [(rep, w, a) for rep in range(repeat) for w in workloads for a in allocs]
+    # The allocators' order rotates from one repetition to the next: a run
+    # inherits the machine's state (free huge pages, page cache) from the run
+    # before it, and no allocator should always come first.
+    plan = [(rep, w, a) for rep in range(repeat) for w in workloads
+            for a in allocs[rep % len(allocs):] + allocs[:rep % len(allocs)]]
     prog = Progress(len(plan))
     runs = []
     interrupted = False

@@ -183,6 +183,7 @@ void heap_chunk_release(heap_t *h, chunk_t *c) {
   if (h->hot == (uintptr_t)c) h->hot = HOT_NONE;
   if (!h->spare && c->r.size == CHUNK_SIZE && h->state == HEAP_LIVE) {
     h->spare = c;
+    h->spare_ns = adapt_active() ? adapt_now() : 0;
     return;
   }
   registry_remove(&c->r);
@@ -225,6 +226,21 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   if (*list) (*list)->prev = c;
   *list = c;
   return c;
+}
+
+/* Auto profile: an unused spare chunk is kept at most the longest decay
+ * window, then goes to its source (where it decays like any segment); then
+ * the sources' controller runs. */
+void heap_adapt_tick(heap_t *h) {
+  if (h == &locus_oom_heap || !adapt_active()) return;
+  uint64_t now = adapt_now();
+  if (h->spare && h->spare_ns + ADAPT_WINDOW_MAX_NS < now) {
+    chunk_t *c = h->spare;
+    h->spare = NULL;
+    registry_remove(&c->r);
+    source_free(&c->r);
+  }
+  adapt_tick(now);
 }
 
 void heap_collect(heap_t *h) {

@@ -71,6 +71,7 @@ typedef struct heap_s {
   chunk_t *small_chunks;       /* chunks with free run slots first */
   chunk_t *medium_chunks;
   chunk_t *spare;              /* one empty chunk kept to avoid thrashing */
+  uint64_t spare_ns;           /* auto profile: when the spare became one */
   source_t *source;            /* placed sub-heaps: where their memory comes from */
   uint64_t mbits[2];           /* non-empty medium bins */
   mbin_t mbins[MEDIUM_BINS];
@@ -137,12 +138,18 @@ void heaps_counts(size_t *live, size_t *orphaned);
  * registry entries of its chunks); aborts naming the first violation. Only
  * the owner thread may call it. */
 void heap_validate(heap_t *h);
-/* The debug build validates the heap every so many slow-path operations. */
+/* Every slow-path operation of a heap (a run refill, a medium allocation)
+ * calls this: every 32nd call gives the adaptive controller its tick (the
+ * auto profile decays cached memory without a thread of its own), and the
+ * debug build validates the heap every 256th. One increment otherwise. */
+void heap_adapt_tick(heap_t *h);
+static inline void heap_debug_tick(heap_t *h) {
+  unsigned t = ++h->debug_ticks;
+  if (unlikely((t & 31) == 0)) heap_adapt_tick(h);
 #ifdef LOCUS_DEBUG
-void heap_debug_tick(heap_t *h);
-#else
-static inline void heap_debug_tick(heap_t *h) { (void)h; }
+  if (t % 256 == 0) heap_validate(h);
 #endif
+}
 extern atomic_int locus_init_state;
 
 /* A freed small or medium block carries a tag in its second word so that a

@@ -23,6 +23,30 @@ static size_t color_offset(void) {
   return (x % (PAGE_SIZE / 64 - 1)) * 64;   /* header + offset stay within the first page */
 }
 
+/* Large blocks of THP_MIN or more get huge pages (LOCUS_THP): below it a
+ * block holds at most one whole huge page beside its 4 KiB header page and
+ * tail, and the 2 MiB alignment would cost more address space than it gains. */
+#define THP_MIN (4 * MiB)
+
+static bool want_huge(size_t total) {
+  if (total < THP_MIN || !os_features.huge_page_size) return false;
+  thp_opt_t t = atomic_load_explicit(&locus_opt.thp, memory_order_relaxed);
+  if (t == THP_OPT_ON) return true;
+  if (t == THP_OPT_OFF) return false;
+  return (os_features.thp == THP_MADVISE || os_features.thp == THP_ALWAYS) &&
+         atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) != PROFILE_ECO;
+}
+
+/* A huge block's region is rounded up to whole huge pages when that adds at
+ * most 1/8 of it: its tail is then backed by a huge page too, and its cached
+ * segment keeps whole huge pages. The padding is touched only when the tail
+ * is (a huge page is committed whole): at most 12.5 % more committed memory,
+ * about 3 % on average for blocks of 4-32 MiB. */
+static size_t huge_round(size_t total) {
+  size_t r = align_up(total, os_features.huge_page_size);
+  return r - total <= total / 8 ? r : total;
+}
+
 static size_t region_bytes(size_t off, size_t size) {
   size_t n = align_up(off + size, PAGE_SIZE);
   return n < SLICE_SIZE ? SLICE_SIZE : n;
@@ -45,7 +69,9 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
     return NULL;
   }
   size_t total = region_bytes(off + slack, size);
-  region_t *r = source_alloc(src, total, 0);
+  bool huge = want_huge(total);
+  if (huge) total = huge_round(total);
+  region_t *r = source_alloc(src, total, huge ? SRC_HUGE : 0);
   if (!r) {
     errno = ENOMEM;
     return NULL;
@@ -74,7 +100,7 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
     size_t head = PAGE_SIZE - off % PAGE_SIZE;
     char *page = p + head;
     memset(p, 0, head < size ? head : size);
-    if (page < base + total) os_zero_resident(page, (size_t)(base + total - page));
+    if (page < base + total) os_zero_resident(page, (size_t)(base + total - page), r->flags & REGION_HUGE);
   }
   if (unlikely(locus_trace_on)) trace_alloc(p, size);
   return p;

@@ -119,7 +119,5 @@ void heap_validate(heap_t *h) {
 
 #ifdef LOCUS_DEBUG
 /* Called on slow paths of h; a placed sub-heap validates itself only. */
-void heap_debug_tick(heap_t *h) {
-  if (h != &locus_oom_heap && ++h->debug_ticks % 256 == 0) heap_validate(h);
-}
+
 #endif

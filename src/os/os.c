@@ -11,6 +11,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <linux/mempolicy.h>
@@ -54,6 +55,41 @@ void *os_remap(void *p, size_t old_size, size_t new_size, bool may_move) {
   return q == MAP_FAILED ? NULL : q;
 }
 
+void *os_map_aligned(size_t size, size_t align) {
+  size_t page = os_page_size();
+  LOCUS_ASSERT(is_pow2(align) && align > page && size % page == 0);
+  char *p = os_map(size + align - page);
+  if (!p) return NULL;
+  char *q = (char *)align_up((uintptr_t)p, align);
+  size_t head = (size_t)(q - p), tail = align - page - head;
+  if (head) munmap(p, head);             /* trims of our own fresh mapping: not "returned" memory */
+  if (tail) munmap(q + size, tail);
+  return q;
+}
+
+bool os_advise_huge(void *p, size_t size) {
+  stat_add(&locus_stats.madvises, 1);
+  return madvise(p, size, MADV_HUGEPAGE) == 0;
+}
+
+uint64_t os_clock_coarse_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align) {
+  stat_add(&locus_stats.mremaps, 1);
+  void *q = mremap(p, old_size, new_size, 0);
+  if (q != MAP_FAILED) return q;
+  char *dst = os_map_aligned(new_size, align);   /* a place to move to; mremap replaces it */
+  if (!dst) return NULL;
+  q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+  if (q != MAP_FAILED) return q;
+  munmap(dst, new_size);
+  return NULL;
+}
+
 bool os_free_lazily(void *p, size_t size) {
   stat_add(&locus_stats.madvises, 1);
   if (os_features.madv_free && madvise(p, size, MADV_FREE) == 0) return true;
@@ -65,7 +101,7 @@ bool os_free_lazily(void *p, size_t size) {
  * so clearing it would fault it in for nothing (Valat, PhD thesis, 2014, Ch.5).
  * Runs of resident pages longer than a threshold are dropped with
  * MADV_DONTNEED instead, which is cheaper than writing them. */
-void os_zero_resident(void *p, size_t size) {
+void os_zero_resident(void *p, size_t size, bool keep_huge) {
   enum { BATCH = 4096, DROP_MIN_BYTES = 256 * 1024 };
   unsigned char vec[BATCH];
   size_t page = os_page_size();
@@ -83,8 +119,19 @@ void os_zero_resident(void *p, size_t size) {
       while (j < n && (vec[j] & 1)) j++;
       char *q = base + (first + i) * page;
       size_t len = (j - i) * page;
-      if (len >= DROP_MIN_BYTES && madvise(q, len, MADV_DONTNEED) == 0) stat_add(&locus_stats.madvises, 1);
-      else memset(q, 0, len);
+      char *lo = q, *hi = q + len;         /* the part dropped */
+      if (keep_huge && os_features.huge_page_size) {
+        lo = (char *)align_up((uintptr_t)q, os_features.huge_page_size);
+        hi = (char *)((uintptr_t)(q + len) & ~(uintptr_t)(os_features.huge_page_size - 1));
+        if (hi < lo) hi = lo;
+      }
+      if ((size_t)(hi - lo) >= DROP_MIN_BYTES && madvise(lo, (size_t)(hi - lo), MADV_DONTNEED) == 0) {
+        stat_add(&locus_stats.madvises, 1);
+        memset(q, 0, (size_t)(lo - q));    /* edges inside a huge page: written, not dropped */
+        memset(hi, 0, (size_t)(q + len - hi));
+      } else {
+        memset(q, 0, len);
+      }
       i = j;
     }
   }

@@ -13,8 +13,39 @@ void *os_map(size_t size);                 /* fresh zeroed pages or NULL */
 bool os_unmap(void *p, size_t size);
 void *os_remap(void *p, size_t old_size, size_t new_size, bool may_move);
 bool os_free_lazily(void *p, size_t size);  /* MADV_FREE, or MADV_DONTNEED without it */
-/* Clears [p, p+size) (page-aligned bounds), touching only resident pages. */
-void os_zero_resident(void *p, size_t size);
+/* Grows [p, p+old_size) to new_size: in place if the kernel can, else moved
+ * (page tables, no copy) to a start that is a multiple of `align`, so that
+ * huge pages move whole instead of being split. NULL when neither works. */
+void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
+/* Clears [p, p+size) (page-aligned bounds), touching only resident pages.
+ * keep_huge: long resident runs are dropped (MADV_DONTNEED) only on whole
+ * huge-page boundaries, the edges are written, so no huge page is split. */
+void os_zero_resident(void *p, size_t size, bool keep_huge);
+/* Fresh zeroed pages whose start is a multiple of `align` (a power of two
+ * above the page size): maps size + align and unmaps the excess head and tail. */
+void *os_map_aligned(size_t size, size_t align);
+/* MADV_HUGEPAGE over [p, p+size): the kernel may back it with transparent
+ * huge pages in "madvise" mode. Advise whole mappings only: advising part of
+ * one splits the kernel's mapping (and mremap cannot grow across the split). */
+bool os_advise_huge(void *p, size_t size);
+
+/* ---- clocks --------------------------------------------------------------- */
+/* Monotonic nanoseconds from the coarse clock: the vDSO answers it without
+ * entering the kernel (tens of nanoseconds); resolution one tick (1-4 ms). */
+uint64_t os_clock_coarse_ns(void);
+
+/* ---- memory pressure (pressure.c) ----------------------------------------- */
+/* What the machine and the process's cgroup say about memory, read from
+ * /proc and /sys (a few small file reads: callers rate-limit it). A field
+ * that cannot be read is SIZE_MAX (sizes) or -1 (psi). */
+typedef struct {
+  int psi_some_avg10;          /* /proc/pressure/memory "some avg10", in hundredths of a percent */
+  size_t mem_available;        /* /proc/meminfo MemAvailable, bytes */
+  size_t cg_limit;             /* cgroup v2 memory.max or v1 memory.limit_in_bytes; SIZE_MAX: none */
+  size_t cg_usage;             /* cgroup v2 memory.current or v1 memory.usage_in_bytes */
+  int cg_version;              /* 1, 2, or 0 when the process is in no memory cgroup found */
+} os_pressure_t;
+void os_memory_pressure(os_pressure_t *out);
 
 /* ---- NUMA ----------------------------------------------------------------- */
 /* Memory policies of a range, applied before its first touch (mbind); masks

@@ -7,7 +7,16 @@
  *
  * Invariants: every cached segment is page-aligned, at least one registry
  * slice long, and belongs to no region (it is not in the registry). `cached`
- * is the sum of the cached sizes and never exceeds the profile's bound. */
+ * is the sum of the cached sizes and never exceeds the profile's bound (the
+ * auto profile's bound moves: a lower one is applied at the next tick). A
+ * segment or region marked huge starts on a huge-page boundary in a mapping
+ * advised for huge pages (when the THP mode asks for advice); splits of huge
+ * segments for huge requests fall on huge-page boundaries.
+ *
+ * Huge pages (LOCUS_THP): fresh mappings for large blocks of 4 MiB or more
+ * start on a 2 MiB boundary and are advised as a whole; a cached huge segment
+ * that must grow and cannot grow in place moves (mremap, page tables only) to
+ * a 2 MiB boundary, so its huge pages move whole instead of being split. */
 #define _GNU_SOURCE
 #include <string.h>
 
@@ -50,8 +59,8 @@ source_t *source_of_node(int node) {
 source_t *source_interleave(void) { return &sources[1]; }
 
 source_t *source_for_node(int node) {
-  if (node < 0 || atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) != PROFILE_NUMA)
-    return &generic_source;
+  profile_t p = atomic_load_explicit(&locus_opt.profile, memory_order_relaxed);
+  if (node < 0 || (p != PROFILE_NUMA && p != PROFILE_AUTO)) return &generic_source;
   return source_of_node(node);
 }
 
@@ -61,14 +70,31 @@ source_t *source_for_node(int node) {
  * touched. A policy the kernel refuses (a node taken away by the cpuset since
  * start-up) fails the mapping: memory that would break the promise is not
  * handed out. */
-static void *source_map(source_t *s, size_t size) {
-  void *p = os_map(size);
+static void *source_map(source_t *s, size_t size, bool huge) {
+  void *p = huge ? os_map_aligned(size, os_features.huge_page_size) : os_map(size);
   if (p && s->policy != OS_POLICY_DEFAULT && !os_set_policy(p, size, (os_policy_t)s->policy, &s->policy_nodes) &&
       os_features.numa) {
     os_unmap(p, size);
     return NULL;
   }
+  /* The advice covers the whole fresh mapping (no split of the kernel's
+   * mapping); the policy set above applies to the huge pages as well. */
+  if (p && huge && os_features.thp == THP_MADVISE) os_advise_huge(p, size);
   return p;
+}
+
+size_t huge_span(const void *base, size_t size) {
+  size_t hp = os_features.huge_page_size;
+  if (!hp) return 0;
+  uintptr_t lo = align_up((uintptr_t)base, hp), hi = ((uintptr_t)base + size) & ~(uintptr_t)(hp - 1);
+  return hi > lo ? hi - lo : 0;
+}
+
+static void huge_count(const region_t *r, bool out) {
+  if (!(r->flags & REGION_HUGE)) return;
+  size_t n = huge_span(r, r->size);
+  if (out) stat_add(&locus_stats.huge, n);
+  else stat_sub(&locus_stats.huge, n);
 }
 
 size_t source_cached_total(void) {
@@ -117,15 +143,24 @@ static uint32_t new_map_id(void) {
   return atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) + 1;
 }
 
-static region_t *region_init(source_t *s, void *base, size_t size, bool zeroed, uint32_t map) {
+static region_t *region_init(source_t *s, void *base, size_t size, bool zeroed, uint32_t map, bool huge) {
   region_t *r = base;
-  *r = (region_t){.size = size, .zeroed = zeroed, .map = map, .source = s};
+  /* Huge only while it starts on a huge-page boundary (mremap may move it off one). */
+  huge = huge && !((uintptr_t)base & (os_features.huge_page_size - 1));
+  *r = (region_t){.size = size, .zeroed = zeroed, .flags = huge ? REGION_HUGE : 0, .map = map, .source = s};
+  LOCUS_ASSERT(!(r->flags & REGION_HUGE) || os_features.huge_page_size);
   accounting_out(s, size);
+  huge_count(r, true);
   return r;
 }
 
+/* Auto profile: the controller's clock, 0 otherwise (no clock read). */
+static uint64_t auto_now(void) { return adapt_active() ? adapt_now() : 0; }
+
 region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
   bool exact = flags & SRC_EXACT;
+  uint64_t now = auto_now();
+  if (now) adapt_tick(now);
   if (s->nseg) {
     lock_acquire(&s->lock);
     ptrdiff_t i = seg_closest(s, size);
@@ -133,12 +168,18 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
     if (i >= 0) {
       seg_t g = s->seg[i];
       s->hits++;
+      if (now) adapt_hit(&s->adapt, g.ns, now);
+      /* A huge segment split for a huge request is cut on a huge-page
+       * boundary: the rest starts on one and keeps whole huge pages. */
+      if ((flags & SRC_HUGE) && g.huge && !exact && align_up(size, os_features.huge_page_size) <= g.size)
+        size = align_up(size, os_features.huge_page_size);
       if (g.size >= size) {
         size_t rest = g.size - size;
         if (!exact && rest < SLICE_SIZE) size = g.size, rest = 0;  /* take it whole: no munmap */
         if (rest >= SLICE_SIZE) {          /* split: the tail stays cached */
           s->seg[i].base = (char *)g.base + size;
           s->seg[i].size = rest;
+          s->seg[i].huge = g.huge && !(((uintptr_t)g.base + size) & (os_features.huge_page_size - 1));
           s->cached -= size;
         } else {
           seg_remove(s, (size_t)i);
@@ -147,15 +188,19 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
         stat_sub(&locus_stats.cached, rest >= SLICE_SIZE ? size : g.size);
         if (rest && rest < SLICE_SIZE) os_unmap((char *)g.base + size, rest);  /* too short for any region */
         stat_add(&locus_stats.hits, 1);
-        return region_init(s, g.base, size, false, g.map);
+        return region_init(s, g.base, size, false, g.map, g.huge);
       }
       seg_remove(s, (size_t)i);
+      /* Grown with mremap: the new tail faults as a miss would, and a longer
+       * window might have kept a segment that holds the whole request. */
+      if (now) adapt_miss(&s->adapt, size - g.size, now);
       lock_release(&s->lock);
       stat_sub(&locus_stats.cached, g.size);
-      void *p = os_remap(g.base, g.size, size, true);
+      void *p = g.huge ? os_remap_aligned(g.base, g.size, size, os_features.huge_page_size)
+                       : os_remap(g.base, g.size, size, true);
       if (p) {
         stat_add(&locus_stats.hits, 1);
-        return region_init(s, p, size, false, p == g.base ? g.map : new_map_id());
+        return region_init(s, p, size, false, p == g.base ? g.map : new_map_id(), g.huge);
       }
       os_unmap(g.base, g.size);           /* cannot grow: give it back and map anew */
     } else {
@@ -165,10 +210,25 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
   if (flags & SRC_CACHED_ONLY) return NULL;
   s->misses++;
   stat_add(&locus_stats.misses, 1);
-  void *p = source_map(s, size);
-  if (!p && source_release_all()) p = source_map(s, size);   /* under RLIMIT_AS: drop caches first */
+  if (now) {
+    lock_acquire(&s->lock);
+    adapt_miss(&s->adapt, size, now);
+    lock_release(&s->lock);
+    if (adapt_fresh_needs_room(size)) {  /* the mapping would eat into the reserve: cache first */
+      size_t n = 0;
+      FOR_EACH_SOURCE(t) {
+        size_t k = source_trim(t, 0);
+        atomic_fetch_add_explicit(&t->adapt.pressured, k, memory_order_relaxed);
+        n += k;
+      }
+      stat_add(&locus_stats.pressured, n);
+    }
+  }
+  bool huge = (flags & SRC_HUGE) && os_features.huge_page_size;
+  void *p = source_map(s, size, huge);
+  if (!p && source_release_all()) p = source_map(s, size, huge);   /* under RLIMIT_AS: drop caches first */
   if (!p) return NULL;
-  return region_init(s, p, size, true, new_map_id());
+  return region_init(s, p, size, true, new_map_id(), huge);
 }
 
 /* Caller holds the lock. Evicts the oldest segments until `need` more bytes fit;
@@ -197,9 +257,13 @@ void source_free(region_t *r) {
   void *p = r;
   size_t size = r->size;
   uint32_t map = r->map;
+  bool huge = r->flags & REGION_HUGE;
+  huge_count(r, false);
   stat_sub(&locus_stats.in_use, size);
   s->in_use -= size;
-  size_t bound = atomic_load_explicit(&locus_opt.cache_bound, memory_order_relaxed);
+  uint64_t now = auto_now();
+  if (now) adapt_tick(now);
+  size_t bound = now ? adapt_bound(&s->adapt) : atomic_load_explicit(&locus_opt.cache_bound, memory_order_relaxed);
   /* Pages moved away from a placed source's node (next-touch) must not be
    * handed out again as that node's memory. */
   bool misplaced = (r->flags & REGION_MISPLACED) && s->node != SOURCE_GENERIC;
@@ -229,7 +293,8 @@ void source_free(region_t *r) {
     s->cached -= g->size;
     s->seg[i] = s->seg[--s->nseg];
   }
-  s->seg[s->nseg++] = (seg_t){.base = lo, .size = (size_t)(hi - lo), .stamp = ++s->clock, .map = map};
+  s->seg[s->nseg++] = (seg_t){.base = lo, .size = (size_t)(hi - lo), .stamp = ++s->clock, .ns = now, .map = map,
+                              .huge = huge && !((uintptr_t)lo & (os_features.huge_page_size - 1))};
   s->cached += (size_t)(hi - lo);      /* the merged neighbours were subtracted above */
   LOCUS_DEBUG_ONLY(source_check_locked(s));
   lock_release(&s->lock);
@@ -257,13 +322,18 @@ bool source_extend(region_t *r, size_t new_size) {
     } else {
       g->base = end + need;
       g->size -= need;
+      g->huge = g->huge && !((uintptr_t)g->base & (os_features.huge_page_size - 1));
       s->cached -= need;
     }
     s->hits++;
+    uint64_t now = auto_now();
+    if (now) adapt_hit(&s->adapt, g->ns, now);
     lock_release(&s->lock);
     stat_sub(&locus_stats.cached, need);
     stat_add(&locus_stats.hits, 1);
+    huge_count(r, false);
     r->size += need;
+    huge_count(r, true);
     accounting_out(s, need);
     return true;
   }
@@ -274,10 +344,24 @@ bool source_extend(region_t *r, size_t new_size) {
 region_t *source_resize(region_t *r, size_t new_size) {
   source_t *s = r->source;
   size_t old_size = r->size;
-  region_t *q = os_remap(r, old_size, new_size, true);
-  if (!q) return NULL;
+  uint64_t now = auto_now();
+  if (now && new_size > old_size) {    /* the new tail faults: nothing cached could serve it */
+    lock_acquire(&s->lock);
+    adapt_miss(&s->adapt, new_size - old_size, now);
+    lock_release(&s->lock);
+  }
+  huge_count(r, false);
+  region_t *q = (r->flags & REGION_HUGE) && new_size > old_size
+                    ? os_remap_aligned(r, old_size, new_size, os_features.huge_page_size)
+                    : os_remap(r, old_size, new_size, true);
+  if (!q) {
+    huge_count(r, true);
+    return NULL;
+  }
   if (q != r) q->map = new_map_id();
   q->size = new_size;
+  if ((uintptr_t)q & (os_features.huge_page_size - 1)) q->flags &= (uint8_t)~REGION_HUGE;
+  huge_count(q, true);
   if (new_size > old_size) {
     stat_add(&locus_stats.in_use, new_size - old_size);
     s->in_use += new_size - old_size;
@@ -317,6 +401,52 @@ void sources_apply_bound(void) {
   FOR_EACH_SOURCE(s) source_trim(s, atomic_load(&locus_opt.cache_bound));
 }
 
+size_t source_decay(source_t *s, uint64_t now) {
+  size_t freed = 0;
+  adapt_t *a = &s->adapt;
+  for (;;) {
+    seg_t victims[16];
+    size_t n = 0;
+    lock_acquire(&s->lock);
+    if (!freed) a->reuse_ns -= a->reuse_ns / 64;   /* once per tick: half-life about 0.45 s */
+    uint64_t w = adapt_window(a);
+    atomic_store_explicit(&a->window_ns, w, memory_order_relaxed);
+    while (n < 16) {                     /* the oldest stale segment first */
+      ptrdiff_t old = -1;
+      for (size_t i = 0; i < s->nseg; i++)
+        if (s->seg[i].ns + w < now && (old < 0 || s->seg[i].stamp < s->seg[old].stamp)) old = (ptrdiff_t)i;
+      if (old < 0) break;
+      victims[n++] = s->seg[old];
+      seg_remove(s, (size_t)old);
+    }
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++) bytes += victims[i].size;
+    if (n) {
+      /* Decays within the longest window add up: a regret compares a miss
+       * with all the memory released lately, not only the latest piece. */
+      if (a->last_decay_ns + ADAPT_WINDOW_MAX_NS < now) {
+        a->last_decay_bytes = 0;
+        a->last_decay_cached_ns = victims[0].ns;   /* the oldest released lately */
+      }
+      a->last_decay_ns = now;
+      a->last_decay_bytes += bytes;
+    }
+    lock_release(&s->lock);
+    if (!n) break;
+    unmap_all(victims, n);
+    freed += bytes;
+  }
+  if (freed) {
+    atomic_fetch_add_explicit(&a->decayed, freed, memory_order_relaxed);
+    stat_add(&locus_stats.decayed, freed);
+  }
+  return freed;
+}
+
+void sources_for_each(void (*fn)(source_t *, void *), void *ctx) {
+  FOR_EACH_SOURCE(s) fn(s, ctx);
+}
+
 void sources_fork_prepare(void) { FOR_EACH_SOURCE(s) lock_acquire(&s->lock); }
 void sources_fork_parent(void) { FOR_EACH_SOURCE(s) lock_release(&s->lock); }
 void sources_fork_child(void) { FOR_EACH_SOURCE(s) lock_release(&s->lock); }
@@ -334,6 +464,8 @@ static void source_check_locked(const source_t *s) {
     uintptr_t a = (uintptr_t)g->base;
     if ((a & (os_page_size() - 1)) || g->size % PAGE_SIZE || g->size < SLICE_SIZE)
       locus_fatal("source %d: cached segment %p of %zu bytes is misaligned or below a slice", s->node, g->base, g->size);
+    if (g->huge && (a & (os_features.huge_page_size - 1)))
+      locus_fatal("source %d: cached huge segment %p does not start on a huge-page boundary", s->node, g->base);
     if (registry_lookup(g->base))
       locus_fatal("source %d: cached segment %p is still recorded as a region", s->node, g->base);
     for (size_t j = i + 1; j < s->nseg; j++) {

@@ -3,6 +3,7 @@
 #ifndef LOCUS_SOURCE_H
 #define LOCUS_SOURCE_H
 
+#include "source/adapt.h"
 #include "types.h"
 #include "util/lock.h"
 
@@ -10,7 +11,9 @@ typedef struct seg_s {
   void *base;
   size_t size;
   uint64_t stamp;              /* age, for eviction of the oldest */
+  uint64_t ns;                 /* when it was cached (auto profile: coarse clock) */
   uint32_t map;                /* kernel mapping it lies in */
+  bool huge;                   /* its mapping is advised for huge pages (REGION_HUGE) */
 } seg_t;
 
 #define SOURCE_SLOTS 128
@@ -34,6 +37,7 @@ typedef struct source_s {
   atomic_size_t hits, misses;
   atomic_size_t nseg;
   uint64_t clock;
+  adapt_t adapt;               /* the auto profile's controller state */
   seg_t seg[SOURCE_SLOTS];     /* cached segments, unordered */
 } source_t;
 
@@ -42,7 +46,11 @@ typedef struct source_s {
  * rest of the header zero. Unless SRC_EXACT, the region may be up to a slice
  * larger (a cached segment taken whole). SRC_CACHED_ONLY: only from a cached
  * segment at least `size` long, else NULL (no system call). */
-enum { SRC_EXACT = 1, SRC_CACHED_ONLY = 2 };
+enum { SRC_EXACT = 1, SRC_CACHED_ONLY = 2, SRC_HUGE = 4 };
+/* SRC_HUGE (large blocks of LOCUS_THP): a fresh mapping starts on a huge-page
+ * boundary and is advised for huge pages when the THP mode asks for advice;
+ * a cached huge segment is split on a huge-page boundary where it can, so
+ * that the rest keeps whole huge pages. */
 region_t *source_alloc(source_t *s, size_t size, unsigned flags);
 void source_free(region_t *r);
 /* Grows r over the cached segment right after it; false if there is none. */
@@ -51,6 +59,12 @@ bool source_extend(region_t *r, size_t new_size);
 region_t *source_resize(region_t *r, size_t new_size);
 size_t source_release_all(void);
 size_t source_trim(source_t *s, size_t keep);
+/* Auto profile: releases the segments not reused within the source's window,
+ * oldest first. Returns the bytes released. */
+size_t source_decay(source_t *s, uint64_t now);
+void sources_for_each(void (*fn)(source_t *, void *), void *ctx);
+/* Bytes of whole huge pages in [base, base + size). */
+size_t huge_span(const void *base, size_t size);
 /* The source of a thread bound to `node` (-1: not bound) under the current
  * profile: its node's source with the numa profile, else the generic one. */
 source_t *source_for_node(int node);

@@ -28,11 +28,13 @@ options_t locus_opt = {
   .large_threshold = 1 * MiB,
   .lazy_release = false,
   .color = true,
+  .thp = THP_OPT_AUTO,
   .numa_policy = NUMA_LOCAL,
   .numa_node = -1,
 };
 
-static const char *const profile_names[] = {"eco", "uma", "numa", NULL};
+static const char *const profile_names[] = {"eco", "uma", "numa", "auto", NULL};
+static const char *const thp_names[] = {"auto", "on", "off", NULL};
 
 const char *profile_name(profile_t p) { return profile_names[p]; }
 
@@ -48,6 +50,7 @@ static char trace_file[256];           /* start-up only: read once, then trace.c
 static void update_bound(void) {
   profile_t p = atomic_load(&locus_opt.profile);
   size_t max = atomic_load(&locus_opt.cache_max);
+  /* auto: LOCUS_CACHE_MAX is the ceiling; each source's controller sets its own bound below it. */
   size_t bound = p == PROFILE_ECO ? (atomic_load(&locus_opt.lazy_release) ? max : 0) : max;
   atomic_store(&locus_opt.cache_bound, bound);
 }
@@ -118,9 +121,10 @@ static void profile_changed(void) {
 #define RT true
 #define START false
 static option_t table[] = {
-  {{"profile", "LOCUS_PROFILE", "enum", "uma", "eco, uma, numa",
+  {{"profile", "LOCUS_PROFILE", "enum", "uma", "eco, uma, numa, auto",
     "How much freed memory the sources keep: eco none (lowest footprint), uma up to "
-    "LOCUS_CACHE_MAX in one source, numa up to LOCUS_CACHE_MAX per NUMA node, reused on the same node.", RT},
+    "LOCUS_CACHE_MAX in one source, numa up to LOCUS_CACHE_MAX per NUMA node, reused on the same node; "
+    "auto decides per source from reuse and memory pressure (docs/adaptive.md).", RT},
    T_ENUM, 0, 0, profile_names, &locus_opt.profile, profile_changed},
   {{"cache_max", "LOCUS_CACHE_MAX", "size", "500M", "0 to 64T",
     "Bound of the uma and numa caches (numa: per node). eco keeps nothing, unless LOCUS_LAZY_RELEASE=1.", RT},
@@ -138,6 +142,11 @@ static option_t table[] = {
   {{"color", "LOCUS_COLOR", "bool", "1", "0/1, yes/no, on/off, true/false",
     "Start large blocks at a varying multiple of 64 bytes so that arrays do not collide in the caches.", RT},
    T_BOOL, 0, 0, NULL, &locus_opt.color, NULL},
+  {{"thp", "LOCUS_THP", "enum", "auto", "auto, on, off",
+    "Transparent huge pages for large blocks of 4 MiB or more: their mappings start on a 2 MiB boundary "
+    "and are advised (MADV_HUGEPAGE) when the kernel's THP mode is madvise. auto: when the kernel allows "
+    "THP and the profile is not eco; on: also under eco; off: never.", RT},
+   T_ENUM, 0, 0, thp_names, &locus_opt.thp, NULL},
   {{"stats", "LOCUS_STATS", "bool", "0", "0/1, yes/no, on/off, true/false",
     "Print statistics at exit (to stderr, or LOCUS_STATS_FILE).", RT},
    T_BOOL, 0, 0, NULL, &locus_opt.stats, NULL},

@@ -8,7 +8,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum { PROFILE_ECO = 0, PROFILE_UMA = 1, PROFILE_NUMA = 2 } profile_t;
+typedef enum { PROFILE_ECO = 0, PROFILE_UMA = 1, PROFILE_NUMA = 2, PROFILE_AUTO = 3 } profile_t;
+/* LOCUS_THP: huge pages for large blocks. */
+typedef enum { THP_OPT_AUTO = 0, THP_OPT_ON = 1, THP_OPT_OFF = 2 } thp_opt_t;
 /* LOCUS_NUMA, in numactl's terms: where memory goes when the program does not say. */
 typedef enum { NUMA_LOCAL = 0, NUMA_INTERLEAVE, NUMA_BIND, NUMA_PREFERRED } numa_policy_t;
 
@@ -22,6 +24,7 @@ typedef struct {
   size_t large_threshold;          /* blocks above go to the sources (start-up only) */
   atomic_bool lazy_release;        /* MADV_FREE instead of munmap when eco returns memory */
   atomic_bool color;               /* random 64-byte start offset for large blocks */
+  _Atomic thp_opt_t thp;           /* LOCUS_THP (an enum option, stored like the profile) */
   atomic_bool stats;               /* print statistics at exit */
   atomic_bool verbose;
   numa_policy_t numa_policy;       /* start-up only */

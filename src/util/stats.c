@@ -36,6 +36,7 @@ LOCUS_EXPORT void locus_stats_get(locus_stats_t *st) {
     .mmap_calls = LD(mmaps), .munmap_calls = LD(munmaps), .mremap_calls = LD(mremaps),
     .madvise_calls = LD(madvises), .cache_hits = LD(hits), .cache_misses = LD(misses),
     .bytes_returned = LD(returned), .heaps_live = live, .heaps_orphaned = orphaned,
+    .bytes_huge = LD(huge), .bytes_decayed = LD(decayed), .bytes_pressure_released = LD(pressured),
   };
 }
 
@@ -52,12 +53,17 @@ static void text(text_t *t, const char *fmt, ...) {
 
 typedef struct { text_t *t; int n; } list_ctx_t;
 
+#define ALD(s, x) atomic_load_explicit(&(s)->adapt.x, memory_order_relaxed)
+
 static void json_source(void *ctx, const source_t *s) {
   list_ctx_t *c = ctx;
   text(c->t, "%s{\"node\":%d,\"kind\":\"%s\",\"in_use\":%zu,\"cached\":%zu,\"segments\":%zu,\"hits\":%zu,"
-       "\"misses\":%zu}", c->n++ ? "," : "", s->node,
+       "\"misses\":%zu,\"auto_bound\":%zu,\"auto_window_ms\":%zu,\"decayed\":%zu,\"pressure_released\":%zu,"
+       "\"regrets\":%zu}", c->n++ ? "," : "", s->node,
        s->node == SOURCE_GENERIC ? "generic" : s->node == SOURCE_INTERLEAVE ? "interleave" : "node",
-       (size_t)s->in_use, (size_t)s->cached, (size_t)s->nseg, (size_t)s->hits, (size_t)s->misses);
+       (size_t)s->in_use, (size_t)s->cached, (size_t)s->nseg, (size_t)s->hits, (size_t)s->misses,
+       (size_t)ALD(s, bound), (size_t)(ALD(s, window_ns) / 1000000), (size_t)ALD(s, decayed),
+       (size_t)ALD(s, pressured), (size_t)ALD(s, regrets));
 }
 
 static const char *const heap_states[] = {"live", "orphan", "dead"};
@@ -95,6 +101,13 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
        st.mmap_calls, st.munmap_calls, st.mremap_calls, st.madvise_calls);
   text(&t, "\"cache_hits\":%zu,\"cache_misses\":%zu,\"bytes_returned\":%zu,", st.cache_hits,
        st.cache_misses, st.bytes_returned);
+  adapt_pressure_t ap;
+  adapt_pressure_get(&ap);
+  text(&t, "\"bytes_huge\":%zu,\"bytes_decayed\":%zu,\"bytes_pressure_released\":%zu,\"pressure\":{\"psi_some_avg10\":%d,"
+       "\"headroom\":%zu,\"cgroup\":%d,\"cgroup_limit\":%zu,\"high\":%s},", (size_t)st.bytes_huge,
+       (size_t)st.bytes_decayed, (size_t)st.bytes_pressure_released, ap.psi,
+       ap.headroom == SIZE_MAX ? (size_t)0 : ap.headroom, ap.cg_version,
+       ap.cg_limit == SIZE_MAX ? (size_t)0 : ap.cg_limit, ap.high ? "true" : "false");
   text(&t, "\"next_touch_faults\":%zu,\"next_touch_moved_pages\":%zu,", next_touch_faults(),
        next_touch_moved_pages());
   text(&t, "\"heaps_live\":%zu,\"heaps_orphaned\":%zu,\"sources\":[", st.heaps_live, st.heaps_orphaned);
@@ -119,6 +132,10 @@ static void report_source(void *ctx, const source_t *s) {
   else text(t, "  source node %d  : ", s->node);
   text(t, "in use %zu KiB, cached %zu KiB in %zu segments, %zu hits, %zu misses\n", s->in_use / KiB,
        s->cached / KiB, s->nseg, s->hits, s->misses);
+  if (ALD(s, window_ns) || ALD(s, decayed) || ALD(s, pressured))
+    text(t, "    auto            : bound %zu KiB, window %zu ms, released %zu KiB by decay, %zu KiB by pressure, "
+         "%zu regrets\n", (size_t)ALD(s, bound) / KiB, (size_t)(ALD(s, window_ns) / 1000000),
+         (size_t)ALD(s, decayed) / KiB, (size_t)ALD(s, pressured) / KiB, (size_t)ALD(s, regrets));
 }
 
 static void report_heap(void *ctx, const heap_t *h) {
@@ -154,6 +171,10 @@ LOCUS_EXPORT void locus_stats_print(void) {
        st.munmap_calls, st.mremap_calls, st.madvise_calls);
   text(&t, "  source cache      : %zu hits, %zu misses\n", st.cache_hits, st.cache_misses);
   text(&t, "  heaps             : %zu live, %zu orphaned\n", st.heaps_live, st.heaps_orphaned);
+  if (st.bytes_huge) mib(&t, "huge-page bytes   : ", st.bytes_huge);
+  if (st.bytes_decayed || st.bytes_pressure_released)
+    text(&t, "  auto released     : %zu KiB by decay, %zu KiB by pressure\n", (size_t)st.bytes_decayed / KiB,
+         (size_t)st.bytes_pressure_released / KiB);
   if (next_touch_faults())
     text(&t, "  next touch        : %zu faults, %zu pages moved\n", next_touch_faults(), next_touch_moved_pages());
   sources_report(report_source, &t);

@@ -10,6 +10,8 @@ typedef struct {
   atomic_size_t in_use, cached, peak;
   atomic_size_t mmaps, munmaps, mremaps, madvises;
   atomic_size_t hits, misses, returned;
+  atomic_size_t huge;              /* bytes of whole huge pages in live huge-advised regions */
+  atomic_size_t decayed, pressured; /* auto profile: bytes released by decay, by pressure */
 } stats_t;
 
 extern stats_t locus_stats;

@@ -162,8 +162,8 @@ static void check_profiles_and_stats(void) {
   CHECK(old != NULL);
   errno = 0;
   CHECK(locus_set_profile("no-such-profile") == -1 && errno == EINVAL);
-  static const char *const names[] = { "eco", "numa", "uma" };
-  for (int i = 0; i < 3; i++) {
+  static const char *const names[] = { "eco", "numa", "auto", "uma" };
+  for (int i = 0; i < 4; i++) {
     CHECK(locus_set_profile(names[i]) == 0);
     const char *now = locus_get_profile();
     CHECK(now && strcmp(now, names[i]) == 0);

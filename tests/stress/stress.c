@@ -469,8 +469,8 @@ static void do_api_op(tctx_t *t) {
   } else if (c < 95) {
     (void)locus_release();
   } else {
-    static const char *const profiles[] = { "uma", "eco", "numa" };
-    const char *want = profiles[rng_below(&t->rng, 3)];
+    static const char *const profiles[] = { "uma", "eco", "numa", "auto" };
+    const char *want = profiles[rng_below(&t->rng, 4)];
     if (locus_set_profile(want) != 0) fail(t, NULL, "locus_set_profile(\"%s\") failed (errno %d)", want, errno);
     const char *now = locus_get_profile();
     if (!now) fail(t, NULL, "locus_get_profile() returned NULL");

@@ -1,0 +1,163 @@
+/* The adaptive controller (LOCUS_PROFILE=auto). The rule, per memory source:
+ *
+ *  - A cached segment is kept while it is likely to be asked for again: the
+ *    window is ADAPT_WINDOW_FACTOR times the reuse distance observed on the
+ *    source's hits (the time between a segment's caching and its reuse; a
+ *    maximum that decays by 1/64 per tick of the source, a half-life of
+ *    about 0.45 s), within [ADAPT_WINDOW_MIN_NS, ADAPT_WINDOW_MAX_NS]. Segments older than the window go back to the OS,
+ *    oldest first.
+ *  - A miss (a fresh mapping: page faults and system calls) for at least half
+ *    the bytes a decay released within the longest window is a regret: the
+ *    program reuses at a longer distance than measured: the distance since
+ *    the released memory was cached counts as an observed one, and the
+ *    measured distance at least doubles. Growth by mremap (of a cached
+ *    segment or of a live block) counts as a miss for its new tail.
+ *  - Memory pressure bounds the cache: at most half of the headroom left (the
+ *    smaller of MemAvailable and the cgroup's limit minus its usage, less our
+ *    own growth since the sample, less a reserve); PSI "some avg10" of
+ *    ADAPT_PSI_HIGH or more, or a headroom under the reserve, releases every
+ *    cached byte at once, and so does a fresh mapping that would eat into the
+ *    reserve.
+ *
+ * Nothing runs in the background: the sources call adapt_tick on their slow
+ * paths and the heaps on theirs (every 32nd run refill or medium allocation).
+ * The pressure files are read at most every ADAPT_SAMPLE_NS, by one thread
+ * (the one that wins the time stamp). */
+#include "source/adapt.h"
+
+#include "os/os.h"
+#include "source/source.h"
+#include "types.h"
+#include "util/options.h"
+#include "util/stats.h"
+
+static struct {
+  _Atomic uint64_t next_sample_ns;
+  atomic_int psi;                /* hundredths of a percent, -1 unknown */
+  atomic_size_t headroom;        /* at the sample; SIZE_MAX unknown */
+  atomic_size_t footprint;       /* locus's mapped bytes at the sample */
+  atomic_size_t reserve;
+  atomic_size_t cg_limit;
+  atomic_int cg_version;
+} pr = {.psi = -1, .headroom = SIZE_MAX, .reserve = ADAPT_RESERVE, .cg_limit = SIZE_MAX};
+
+bool adapt_active(void) {
+  return atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) == PROFILE_AUTO;
+}
+
+uint64_t adapt_now(void) { return os_clock_coarse_ns(); }
+
+static size_t footprint(void) {
+  return atomic_load_explicit(&locus_stats.in_use, memory_order_relaxed) +
+         atomic_load_explicit(&locus_stats.cached, memory_order_relaxed);
+}
+
+/* The headroom now: the sampled one less what locus mapped since (its own
+ * growth is known without reading any file). Memory locus gave back since is
+ * not credited until the next sample. */
+static size_t headroom_now(void) {
+  size_t h = atomic_load_explicit(&pr.headroom, memory_order_relaxed);
+  if (h == SIZE_MAX) return h;
+  size_t f = footprint(), f0 = atomic_load_explicit(&pr.footprint, memory_order_relaxed);
+  size_t grew = f > f0 ? f - f0 : 0;
+  return h > grew ? h - grew : 0;
+}
+
+static bool pressure_high(void) {
+  int psi = atomic_load_explicit(&pr.psi, memory_order_relaxed);
+  return psi >= ADAPT_PSI_HIGH || headroom_now() < atomic_load_explicit(&pr.reserve, memory_order_relaxed);
+}
+
+static void sample(uint64_t now) {
+  uint64_t due = atomic_load_explicit(&pr.next_sample_ns, memory_order_relaxed);
+  if (now < due || !atomic_compare_exchange_strong(&pr.next_sample_ns, &due, now + ADAPT_SAMPLE_NS)) return;
+  os_pressure_t p;
+  os_memory_pressure(&p);
+  size_t h = p.mem_available;
+  size_t reserve = ADAPT_RESERVE;
+  if (p.cg_limit != SIZE_MAX && p.cg_usage != SIZE_MAX) {
+    size_t cg = p.cg_limit > p.cg_usage ? p.cg_limit - p.cg_usage : 0;
+    if (cg < h) h = cg;
+    if (p.cg_limit / 8 < reserve) reserve = p.cg_limit / 8;
+  }
+  atomic_store_explicit(&pr.footprint, footprint(), memory_order_relaxed);
+  atomic_store_explicit(&pr.headroom, h, memory_order_relaxed);
+  atomic_store_explicit(&pr.reserve, reserve, memory_order_relaxed);
+  atomic_store_explicit(&pr.psi, p.psi_some_avg10, memory_order_relaxed);
+  atomic_store_explicit(&pr.cg_limit, p.cg_limit, memory_order_relaxed);
+  atomic_store_explicit(&pr.cg_version, p.cg_version, memory_order_relaxed);
+}
+
+uint64_t adapt_window(const adapt_t *a) {
+  uint64_t w = a->reuse_ns * ADAPT_WINDOW_FACTOR;
+  return w < ADAPT_WINDOW_MIN_NS ? ADAPT_WINDOW_MIN_NS : w > ADAPT_WINDOW_MAX_NS ? ADAPT_WINDOW_MAX_NS : w;
+}
+
+void adapt_hit(adapt_t *a, uint64_t cached_ns, uint64_t now) {
+  uint64_t d = now > cached_ns ? now - cached_ns : 0;
+  uint64_t r = a->reuse_ns;            /* decays with time, in source_decay */
+  if (d > r) r = d;
+  if (r > ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR) r = ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR;
+  a->reuse_ns = r;
+  a->last_hit_ns = now;
+  atomic_store_explicit(&a->window_ns, adapt_window(a), memory_order_relaxed);
+}
+
+void adapt_miss(adapt_t *a, size_t size, uint64_t now) {
+  if (!a->last_decay_bytes || a->last_decay_ns + ADAPT_WINDOW_MAX_NS < now || a->last_decay_bytes < size / 2) return;
+  /* The distance this reuse would have needed: since the released memory was cached. */
+  uint64_t r = now > a->last_decay_cached_ns ? now - a->last_decay_cached_ns : 0;
+  if (r < 2 * a->reuse_ns) r = 2 * a->reuse_ns;   /* at least double: the measure fell short */
+  a->reuse_ns = r > ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR ? ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR : r;
+  a->last_decay_bytes = 0;             /* one regret per decay */
+  atomic_fetch_add_explicit(&a->regrets, 1, memory_order_relaxed);
+  atomic_store_explicit(&a->window_ns, adapt_window(a), memory_order_relaxed);
+}
+
+size_t adapt_bound(adapt_t *a) {
+  size_t max = atomic_load_explicit(&locus_opt.cache_max, memory_order_relaxed);
+  size_t b = max;
+  if (pressure_high()) {
+    b = 0;
+  } else {
+    size_t h = headroom_now(), reserve = atomic_load_explicit(&pr.reserve, memory_order_relaxed);
+    size_t room = h == SIZE_MAX ? SIZE_MAX : h > reserve ? (h - reserve) / 2 : 0;
+    if (room < b) b = room;
+  }
+  atomic_store_explicit(&a->bound, b, memory_order_relaxed);
+  return b;
+}
+
+bool adapt_fresh_needs_room(size_t size) {
+  size_t h = headroom_now();
+  return h != SIZE_MAX && h < size + atomic_load_explicit(&pr.reserve, memory_order_relaxed) &&
+         atomic_load_explicit(&locus_stats.cached, memory_order_relaxed) > 0;
+}
+
+static void tick_source(source_t *s, void *ctx) {
+  uint64_t now = *(uint64_t *)ctx;
+  adapt_t *a = &s->adapt;
+  uint64_t due = atomic_load_explicit(&a->next_tick_ns, memory_order_relaxed);
+  if (now < due || !atomic_compare_exchange_strong(&a->next_tick_ns, &due, now + ADAPT_TICK_NS)) return;
+  if (!atomic_load_explicit(&s->nseg, memory_order_relaxed)) return;
+  size_t bound = adapt_bound(a);
+  if (atomic_load_explicit(&s->cached, memory_order_relaxed) > bound) {
+    size_t n = source_trim(s, bound);
+    atomic_fetch_add_explicit(&a->pressured, n, memory_order_relaxed);
+    stat_add(&locus_stats.pressured, n);
+  }
+  source_decay(s, now);
+}
+
+void adapt_tick(uint64_t now) {
+  sample(now);
+  sources_for_each(tick_source, &now);
+}
+
+void adapt_pressure_get(adapt_pressure_t *p) {
+  p->psi = atomic_load(&pr.psi);
+  p->headroom = headroom_now();
+  p->cg_version = atomic_load(&pr.cg_version);
+  p->cg_limit = atomic_load(&pr.cg_limit);
+  p->high = pressure_high();
+}
