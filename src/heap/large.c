@@ -15,10 +15,14 @@
 
 #define HDR_ROOM 64u
 
+/* Offsets follow a multiplicative (Weyl) sequence: successive blocks land far
+ * apart among the 63 line offsets. The sequence starts at 1, not 0, so the
+ * first block is offset like every other one. */
 static size_t color_offset(void) {
   static atomic_size_t counter;
   if (!locus_opt.color) return 0;
-  size_t x = atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) * 0x9e3779b97f4a7c15ull;
+  size_t n = atomic_fetch_add_explicit(&counter, 1, memory_order_relaxed) + 1;
+  size_t x = n * 0x9e3779b97f4a7c15ull;
   x ^= x >> 29;
   return (x % (PAGE_SIZE / 64 - 1)) * 64;   /* header + offset stay within the first page */
 }
