@@ -61,8 +61,13 @@ source_t *source_for_node(int node) {
  * touched. A policy the kernel refuses (a node taken away by the cpuset since
  * start-up) fails the mapping: memory that would break the promise is not
  * handed out. */
-static void *source_map(source_t *s, size_t size) {
-  void *p = os_map(size);
+static void *source_map(source_t *s, size_t size, bool *zeroed) {
+  /* eco gives memory back at once: with the kernel's page reuse it comes
+   * again without the clearing, and is then no longer known zero. */
+  bool reuse = atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) == PROFILE_ECO &&
+               atomic_load_explicit(&locus_opt.page_reuse, memory_order_relaxed);
+  void *p = reuse ? os_map_reusable(size, zeroed) : os_map(size);
+  if (!reuse) *zeroed = true;
   if (p && s->policy != OS_POLICY_DEFAULT && !os_set_policy(p, size, (os_policy_t)s->policy, &s->policy_nodes) &&
       os_features.numa) {
     os_unmap(p, size);
@@ -165,10 +170,11 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
   if (flags & SRC_CACHED_ONLY) return NULL;
   s->misses++;
   stat_add(&locus_stats.misses, 1);
-  void *p = source_map(s, size);
-  if (!p && source_release_all()) p = source_map(s, size);   /* under RLIMIT_AS: drop caches first */
+  bool zeroed;
+  void *p = source_map(s, size, &zeroed);
+  if (!p && source_release_all()) p = source_map(s, size, &zeroed);   /* under RLIMIT_AS: drop caches first */
   if (!p) return NULL;
-  return region_init(s, p, size, true, new_map_id());
+  return region_init(s, p, size, zeroed, new_map_id());
 }
 
 /* Caller holds the lock. Evicts the oldest segments until `need` more bytes fit;
