@@ -198,7 +198,10 @@ case "$cmd" in
     ((st == 0)) || exit 1
     guest_tests "$img"; st=$?
     if ((st == 77)); then say "kernel tests skipped: the guest cannot run here (reason above)"; exit 0; fi
-    ((st == 0)) || { say "kernel guest tests FAILED"; exit 1; }
+    ((st == 0)) || { say "kernel guest tests FAILED (patched kernel)"; exit 1; }
+    # The same tests on a stock kernel: the advice is rejected, nothing is reused.
+    bash "$repo/tests/kernel/run_guest.sh" --stock; st=$?
+    ((st == 0 || st == 77)) || { say "kernel guest tests FAILED (stock kernel)"; exit 1; }
     say "kernel guest tests passed" ;;
   *) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
 esac
