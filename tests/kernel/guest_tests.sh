@@ -10,14 +10,19 @@ fail=0
 echo "=== calloc through locus (eco profile, LD_PRELOAD)"
 LD_PRELOAD=/liblocus.so LOCUS_PROFILE=eco LOCUS_STATS=1 /calloc_test "$mode" || fail=1
 if [ "${2:-}" = bench ]; then
-  echo "=== fault cost after reuse (4 KiB pages)"
+  echo "=== fault cost after reuse (4 KiB pages, same kernel: flagged vs unflagged mapping)"
   /page_reuse_test bench 21 2048
-  for prog in /timestep; do
-    [ -x "$prog" ] || continue
-    for cfg in "uma 0" "eco 0" "eco 1" "uma 0" "eco 0" "eco 1" "uma 0" "eco 0" "eco 1"; do
-      set -- $cfg
-      /usr/bin/time -f "TIME $prog profile=$1 reuse=$2 %e s maxrss %M kB" env LD_PRELOAD=/liblocus.so LOCUS_PROFILE=$1 LOCUS_PAGE_REUSE=$2 $prog ${TIMESTEP_ARGS:-} >/dev/null 2>/tmp/err || echo "FAILED $prog $cfg"
-      grep TIME /tmp/err
+  /page_reuse_test costs 11 2048
+  # Workloads through locus: uma, eco, eco + page reuse, interleaved.
+  for round in 1 2 3; do
+    for prog in "/timestep --quick --steps 3" "/hera --quick --iters 150"; do
+      set -- $prog
+      [ -x "$1" ] || continue
+      for cfg in "uma 0" "eco 0" "eco 1"; do
+        prof=${cfg% *} reuse=${cfg#* }
+        echo "RUN round=$round prog=$1 profile=$prof reuse=$reuse"
+        LD_PRELOAD=/liblocus.so LOCUS_PROFILE=$prof LOCUS_PAGE_REUSE=$reuse /page_reuse_test rss "$@" | grep -E "RESULT|MAXRSS"
+      done
     done
   done
 fi

@@ -7,6 +7,7 @@
  *                                           and fails if SECRET is in it
  *   page_reuse_test bench ROUNDS PAGES      first-touch cost after reuse
  *   page_reuse_test costs ROUNDS PAGES      what clearing costs in a fault
+ *   page_reuse_test rss PROGRAM [ARGS...]   runs PROGRAM, prints its peak RSS
  *
  * TESTS: flags reuse secret pressure limit (all when none is named).
  * Each test prints "PASS name" or "FAIL name: why".  On a stock kernel
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -564,8 +566,23 @@ static int run_costs(int rounds, size_t pages) {
   return 0;
 }
 
+/* Runs a program and prints its peak RSS (wait4's ru_maxrss). */
+static int run_rss(char **argv) {
+  pid_t c = fork();
+  if (c == 0) {
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  int st;
+  struct rusage ru;
+  if (wait4(c, &st, 0, &ru) < 0) return 2;
+  printf("MAXRSS %ld kB\n", ru.ru_maxrss);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc >= 3 && !strcmp(argv[1], "rss")) return run_rss(argv + 2);
   self = argv[0];
   if (argc >= 4 && !strcmp(argv[1], "scan")) return run_scan(argv[2], argv[3]);
   if (argc >= 4 && !strcmp(argv[1], "bench")) return run_bench(atoi(argv[2]), strtoul(argv[3], NULL, 10));

@@ -8,7 +8,8 @@
 # scripts/kernel.sh; skip, 77, if there is none).  --stock: the kernel is a
 # stock one (Debian's, from tests/numa/guest/kernel.sh, when no IMAGE is
 # given): the tests check that the advice is rejected and nothing is reused.
-# --bench: also measure (fault cost, time-step benchmark).
+# --bench: also measure (fault cost; the time-step and Hera-like workloads of
+# $LOCUS_BENCH_DIR, default build/bench, with uma, eco and eco + page reuse).
 # Exit status: the guest's (0 all passed); 77 skip.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -47,9 +48,13 @@ if [ -z "$lib" ]; then
 fi
 files=(--file "$out/page_reuse_test:/page_reuse_test" --file "$out/calloc_test:/calloc_test"
        --file "$lib:/liblocus.so" --file "$here/guest_tests.sh:/guest_tests.sh")
-if [ -n "$bench" ] && [ -n "${LOCUS_TIMESTEP:-}" ]; then files+=(--file "$LOCUS_TIMESTEP:/timestep"); fi
+if [ -n "$bench" ]; then
+  bdir=${LOCUS_BENCH_DIR:-$repo/build/bench}
+  for w in timestep hera; do
+    [ -x "$bdir/bench_$w" ] && files+=(--file "$bdir/bench_$w:/$w")
+  done
+fi
 envs=()
-[ -n "${TIMESTEP_ARGS:-}" ] && envs+=(--env "TIMESTEP_ARGS=$TIMESTEP_ARGS")
 exec bash "$repo/tests/numa/guest/run.sh" --nodes 2 --cpus 2 --mem-per-node 512M \
   --timeout "${LOCUS_KERNEL_TEST_TIMEOUT:-900}" --kernel "$img" "${files[@]}" "${envs[@]}" \
   -- /bin/sh /guest_tests.sh "$mode" $bench
