@@ -13,8 +13,9 @@
 #                               message), a failing guest test fails (exit 1)
 #   kernel.sh key [--stock]     prints the cache key
 #
-# --stock: the same source and config without the patch series (the baseline
-# of the measurements and of the "rejected on a stock kernel" tests).
+# --stock: the same source and config without the patch series (a baseline
+# with the same config; `ci` and tests/kernel/run_guest.sh --stock use
+# Debian's stock kernel of the NUMA test bed instead, which needs no build).
 #
 # Config: `make tinyconfig` with kernel/config (and, with the series,
 # kernel/config-series: the options the series adds) merged over it, then
