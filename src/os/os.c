@@ -29,17 +29,35 @@ static atomic_int inject_map_failures;
 
 void os_inject_map_failures(int n) { atomic_store(&inject_map_failures, n); }
 
-void *os_map(size_t size) {
+static void *map_anon(size_t size, int extra_flags) {
   if (unlikely(atomic_load_explicit(&inject_map_failures, memory_order_relaxed) > 0) &&
       atomic_fetch_sub(&inject_map_failures, 1) > 0) {
     errno = ENOMEM;
     return NULL;
   }
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
   stat_add(&locus_stats.mmaps, 1);
   LOCUS_ASSERT(p == MAP_FAILED || ((uintptr_t)p & (os_page_size() - 1)) == 0);
   return p == MAP_FAILED ? NULL : p;
 }
+
+void *os_map(size_t size) { return map_anon(size, 0); }
+
+/* Once non-zero, stays so: some mapping may fault in uncleared pages. */
+static atomic_size_t reuse_maps;
+
+void *os_map_reusable(size_t size, bool *zeroed) {
+  *zeroed = true;
+  if (!os_features.page_reuse) return map_anon(size, 0);
+  void *p = map_anon(size, OS_MAP_PAGE_REUSE);
+  if (p) {
+    atomic_fetch_add_explicit(&reuse_maps, 1, memory_order_relaxed);
+    *zeroed = false;
+  }
+  return p;
+}
+
+size_t os_page_reuse_maps(void) { return atomic_load_explicit(&reuse_maps, memory_order_relaxed); }
 
 bool os_unmap(void *p, size_t size) {
   LOCUS_ASSERT(((uintptr_t)p & (os_page_size() - 1)) == 0 && size % os_page_size() == 0);
@@ -103,6 +121,12 @@ bool os_free_lazily(void *p, size_t size) {
  * MADV_DONTNEED instead, which is cheaper than writing them. */
 void os_zero_resident(void *p, size_t size, bool keep_huge) {
   enum { BATCH = 4096, DROP_MIN_BYTES = 256 * 1024 };
+  /* With page reuse a page that is not resident, or one dropped with
+   * MADV_DONTNEED, may fault in with the process's old data. */
+  if (atomic_load_explicit(&reuse_maps, memory_order_relaxed)) {
+    memset(p, 0, size);
+    return;
+  }
   unsigned char vec[BATCH];
   size_t page = os_page_size();
   char *base = p;

@@ -10,6 +10,14 @@
 
 /* ---- memory ------------------------------------------------------------- */
 void *os_map(size_t size);                 /* fresh zeroed pages or NULL */
+/* Fresh pages for memory that goes back to the kernel and comes again: with
+ * the kernel's page reuse (os_features.page_reuse) the mapping is marked
+ * OS_MAP_PAGE_REUSE and its faults may bring back pages this process freed,
+ * not cleared; *zeroed tells whether every byte is known zero. os_map()
+ * without the feature. */
+void *os_map_reusable(size_t size, bool *zeroed);
+/* Mappings made with page reuse so far (statistics). */
+size_t os_page_reuse_maps(void);
 bool os_unmap(void *p, size_t size);
 void *os_remap(void *p, size_t old_size, size_t new_size, bool may_move);
 bool os_free_lazily(void *p, size_t size);  /* MADV_FREE, or MADV_DONTNEED without it */
@@ -17,8 +25,9 @@ bool os_free_lazily(void *p, size_t size);  /* MADV_FREE, or MADV_DONTNEED witho
  * (page tables, no copy) to a start that is a multiple of `align`, so that
  * huge pages move whole instead of being split. NULL when neither works. */
 void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
-/* Clears [p, p+size) (page-aligned bounds), touching only resident pages.
- * keep_huge: long resident runs are dropped (MADV_DONTNEED) only on whole
+/* Clears [p, p+size) (page-aligned bounds), touching only resident pages
+ * (all pages once a page-reuse mapping exists: a fault there may bring back
+ * old data). keep_huge: long resident runs are dropped (MADV_DONTNEED) only on whole
  * huge-page boundaries, the edges are written, so no huge page is split. */
 void os_zero_resident(void *p, size_t size, bool keep_huge);
 /* Fresh zeroed pages whose start is a multiple of `align` (a power of two
@@ -110,6 +119,9 @@ typedef enum { THP_UNSUPPORTED = 0, THP_NEVER, THP_MADVISE, THP_ALWAYS } thp_mod
  * freed in a range so marked may come back to the same process without being
  * cleared. A stock kernel rejects the advice with EINVAL. */
 #define OS_MADV_PAGE_REUSE 0x4c4f
+/* The same as an mmap flag, for private anonymous mappings (the series
+ * rejects it elsewhere; a stock kernel ignores it: probe with the advice). */
+#define OS_MAP_PAGE_REUSE 0x200000
 
 typedef struct {
   size_t page_size;            /* the kernel's base page size */

@@ -70,8 +70,15 @@ source_t *source_for_node(int node) {
  * touched. A policy the kernel refuses (a node taken away by the cpuset since
  * start-up) fails the mapping: memory that would break the promise is not
  * handed out. */
-static void *source_map(source_t *s, size_t size, bool huge) {
-  void *p = huge ? os_map_aligned(size, os_features.huge_page_size) : os_map(size);
+static void *source_map(source_t *s, size_t size, bool huge, bool *zeroed) {
+  /* eco gives memory back at once: with the kernel's page reuse it comes
+   * again without the clearing, and is then no longer known zero. The
+   * kernel pools only base pages, so huge segments are never reuse-marked. */
+  bool reuse = !huge && atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) == PROFILE_ECO &&
+               atomic_load_explicit(&locus_opt.page_reuse, memory_order_relaxed);
+  *zeroed = true;
+  void *p = huge ? os_map_aligned(size, os_features.huge_page_size)
+                 : reuse ? os_map_reusable(size, zeroed) : os_map(size);
   if (p && s->policy != OS_POLICY_DEFAULT && !os_set_policy(p, size, (os_policy_t)s->policy, &s->policy_nodes) &&
       os_features.numa) {
     os_unmap(p, size);
@@ -225,10 +232,11 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
     }
   }
   bool huge = (flags & SRC_HUGE) && os_features.huge_page_size;
-  void *p = source_map(s, size, huge);
-  if (!p && source_release_all()) p = source_map(s, size, huge);   /* under RLIMIT_AS: drop caches first */
+  bool zeroed;
+  void *p = source_map(s, size, huge, &zeroed);
+  if (!p && source_release_all()) p = source_map(s, size, huge, &zeroed);   /* under RLIMIT_AS: drop caches first */
   if (!p) return NULL;
-  return region_init(s, p, size, true, new_map_id(), huge);
+  return region_init(s, p, size, zeroed, new_map_id(), huge);
 }
 
 /* Caller holds the lock. Evicts the oldest segments until `need` more bytes fit;

@@ -27,6 +27,7 @@ options_t locus_opt = {
   .cache_max_segment = 256 * MiB,
   .large_threshold = 1 * MiB,
   .lazy_release = false,
+  .page_reuse = true,
   .color = true,
   .thp = THP_OPT_AUTO,
   .numa_policy = NUMA_LOCAL,
@@ -139,6 +140,10 @@ static option_t table[] = {
     "Release freed segments with MADV_FREE and keep them: eco then keeps up to LOCUS_CACHE_MAX instead of "
     "unmapping; in every profile the kernel may reclaim the cached pages under memory pressure.", RT},
    T_BOOL, 0, 0, NULL, &locus_opt.lazy_release, profile_changed},
+  {{"page_reuse", "LOCUS_PAGE_REUSE", "bool", "1", "0/1, yes/no, on/off, true/false",
+    "With the eco profile, map segments with the kernel's page reuse when it has it (locus's kernel series, "
+    "docs/kernel.md): memory given back comes again without being cleared; calloc clears it.", RT},
+   T_BOOL, 0, 0, NULL, &locus_opt.page_reuse, NULL},
   {{"color", "LOCUS_COLOR", "bool", "1", "0/1, yes/no, on/off, true/false",
     "Start large blocks at a varying multiple of 64 bytes so that arrays do not collide in the caches.", RT},
    T_BOOL, 0, 0, NULL, &locus_opt.color, NULL},

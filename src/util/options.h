@@ -23,6 +23,7 @@ typedef struct {
   atomic_size_t cache_max_segment; /* largest segment worth caching */
   size_t large_threshold;          /* blocks above go to the sources (start-up only) */
   atomic_bool lazy_release;        /* MADV_FREE instead of munmap when eco returns memory */
+  atomic_bool page_reuse;          /* eco marks its segments for the kernel's page reuse */
   atomic_bool color;               /* random 64-byte start offset for large blocks */
   _Atomic thp_opt_t thp;           /* LOCUS_THP (an enum option, stored like the profile) */
   atomic_bool stats;               /* print statistics at exit */

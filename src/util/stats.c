@@ -92,9 +92,9 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
   t.n += options_json(room ? t.buf + t.n : NULL, room);
   text(&t, "},\"features\":{\"kernel\":\"%s\",\"page_size\":%zu,\"huge_page_size\":%zu,\"thp\":\"%s\","
        "\"numa_nodes\":%d,\"numa_balancing\":%d,\"madv_free\":%s,\"madv_populate_write\":%s,"
-       "\"page_reuse\":%s,\"numa\":%s,\"secure\":%s},", f->kernel, f->page_size, f->huge_page_size, os_thp_name(f->thp),
+       "\"page_reuse\":%s,\"page_reuse_maps\":%zu,\"numa\":%s,\"secure\":%s},", f->kernel, f->page_size, f->huge_page_size, os_thp_name(f->thp),
        topology_nodes(), f->numa_balancing, f->madv_free ? "true" : "false",
-       f->madv_populate_write ? "true" : "false", f->page_reuse ? "true" : "false", f->numa ? "true" : "false", f->secure ? "true" : "false");
+       f->madv_populate_write ? "true" : "false", f->page_reuse ? "true" : "false", os_page_reuse_maps(), f->numa ? "true" : "false", f->secure ? "true" : "false");
   text(&t, "\"bytes_in_use\":%zu,\"bytes_cached\":%zu,\"peak_footprint\":%zu,", st.bytes_in_use,
        st.bytes_cached, st.peak_footprint);
   text(&t, "\"mmap_calls\":%zu,\"munmap_calls\":%zu,\"mremap_calls\":%zu,\"madvise_calls\":%zu,",
@@ -160,9 +160,9 @@ LOCUS_EXPORT void locus_stats_print(void) {
   text(&t, "locus %s statistics (pid %d, profile %s)\n", locus_version(), os_getpid(),
        profile_name(atomic_load(&locus_opt.profile)));
   text(&t, "  kernel            : %s %s, %d NUMA node%s, THP %s, page %zu KiB, MADV_FREE %s, "
-       "MADV_POPULATE_WRITE %s, page reuse %s\n", f->kernel, ARCH_NAME, topology_nodes(),
+       "MADV_POPULATE_WRITE %s, page reuse %s (%zu mappings)\n", f->kernel, ARCH_NAME, topology_nodes(),
        topology_nodes() == 1 ? "" : "s", os_thp_name(f->thp), f->page_size / 1024, f->madv_free ? "yes" : "no",
-       f->madv_populate_write ? "yes" : "no", f->page_reuse ? "yes" : "no");
+       f->madv_populate_write ? "yes" : "no", f->page_reuse ? "yes" : "no", os_page_reuse_maps());
   mib(&t, "bytes in use      : ", st.bytes_in_use);
   mib(&t, "bytes cached      : ", st.bytes_cached);
   mib(&t, "peak footprint    : ", st.peak_footprint);

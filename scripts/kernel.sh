@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# Builds the locus test kernel (Debian's linux-source-6.12 with the patch
+# series of kernel/) and runs the kernel tests in a QEMU guest.
+#
+#   kernel.sh build [--stock]   builds (or finds cached) the kernel, prints the
+#                               path of its vmlinux (PVH ELF, booted directly)
+#   kernel.sh image [--stock]   prints the cached kernel's path; 77 if not built
+#   kernel.sh test [--stock]    boots the cached kernel (building it first) and
+#                               runs the guest tests (tests/kernel/guest_init.sh)
+#   kernel.sh boot [--stock] [-- CMD...]  boots it and runs CMD (default: sh -c uname -a)
+#   kernel.sh ci                build + test of the patched kernel; a kernel
+#                               that cannot be had is a SKIP (exit 0 with a
+#                               message), a failing guest test fails (exit 1)
+#   kernel.sh key [--stock]     prints the cache key
+#
+# --stock: the same source and config without the patch series (a baseline
+# with the same config; `ci` and tests/kernel/run_guest.sh --stock use
+# Debian's stock kernel of the NUMA test bed instead, which needs no build).
+#
+# Config: `make tinyconfig` with kernel/config (and, with the series,
+# kernel/config-series: the options the series adds) merged over it, then
+# `make olddefconfig`.  Cache (outside the repository):
+#   ${LOCUS_CACHE_DIR:-~/.cache/locus}/kernel/
+#     work/linux-source-6.12   one source tree; the series applied to it is
+#                              recorded in work/applied/ and reverted before
+#                              another series is applied, so make rebuilds
+#                              only the files the patches touch
+#     ccache/                  the compiler cache (CCACHE_BASEDIR = the tree)
+#     images/<key>/vmlinux     one kernel per key = sha256 of the source
+#                              package version, kernel/config and the series
+# so CI rebuilds only when the patches or the config change.  Builds run at
+# nice 19 with make -j$(nproc) (LOCUS_KERNEL_JOBS overrides).
+#
+# Exit status: 0 success; 77 the kernel cannot be had (reason on stderr);
+# 1 build or test failure; 2 usage.
+set -uo pipefail
+
+me=kernel.sh
+say() { echo "$me: $*" >&2; }
+skip() { say "SKIP: $*"; exit 77; }
+die() { say "ERROR: $*"; exit 1; }
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache=${LOCUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/locus}/kernel
+pkg=linux-source-6.12
+series_dir=$repo/kernel
+jobs=${LOCUS_KERNEL_JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+cmd=${1:-}; shift || true
+stock=0
+if [ "${1:-}" = --stock ]; then stock=1; shift; fi
+
+# patches: the series in order (empty with --stock).
+patches() {
+  ((stock)) && return 0
+  [ -f "$series_dir/series" ] || return 0
+  grep -v '^\s*#' "$series_dir/series" | sed '/^\s*$/d'
+}
+
+pkg_version() { dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null; }
+
+key() {
+  {
+    echo "pkg $(pkg_version)"
+    cat "$series_dir/config"
+    ((stock)) || cat "$series_dir/config-series"
+    local p
+    for p in $(patches); do echo "patch $p"; cat "$series_dir/$p"; done
+  } | sha256sum | cut -c1-16
+}
+
+ensure_source() {
+  if [ -z "$(pkg_version)" ]; then
+    command -v apt-get >/dev/null 2>&1 || skip "$pkg is not installed and there is no apt-get"
+    say "installing $pkg and the build dependencies (apt-get)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        "$pkg" ccache bc flex bison libelf-dev libssl-dev xz-utils cpio build-essential; } >&2 ||
+      skip "cannot install $pkg with apt-get (not root, no network, or no such package)"
+  fi
+  [ -n "$(pkg_version)" ] || skip "$pkg is not installed"
+  local tarball=/usr/src/$pkg.tar.xz
+  [ -r "$tarball" ] || skip "$tarball missing (package $pkg broken?)"
+  local v
+  v=$(pkg_version)
+  if [ ! -f "$cache/work/.unpacked-$v" ]; then
+    say "unpacking $tarball into $cache/work"
+    rm -rf "$cache/work"
+    mkdir -p "$cache/work" && tar -xf "$tarball" -C "$cache/work" || die "cannot unpack $tarball"
+    mkdir -p "$cache/work/applied"
+    touch "$cache/work/.unpacked-$v"
+  fi
+  for t in gcc make flex bison bc; do
+    command -v $t >/dev/null 2>&1 || skip "$t not found (apt-get install build-essential flex bison bc)"
+  done
+}
+
+# apply_series: makes work/applied/ equal to the wanted series.
+apply_series() {
+  local tree=$cache/work/$pkg app=$cache/work/applied want=() have=() p i
+  mapfile -t want < <(patches)
+  [ -f "$app/series" ] && mapfile -t have <"$app/series"
+  if [ "${want[*]:-}" = "${have[*]:-}" ]; then
+    local same=1
+    for p in "${want[@]}"; do cmp -s "$series_dir/$p" "$app/$p" || same=0; done
+    ((same)) && return 0
+  fi
+  # Files whose content ends up as it was keep their old mtime, so that
+  # make does not rebuild what includes them.
+  local keep=$cache/work/keep-mtime f
+  rm -rf "$keep"; mkdir -p "$keep"
+  for p in "${have[@]}" "${want[@]}"; do
+    for f in $(grep -h '^+++ b/' "$app/$p" "$series_dir/$p" 2>/dev/null | sed 's|^+++ b/||' | sort -u); do
+      [ -f "$tree/$f" ] && [ ! -e "$keep/$f" ] && { mkdir -p "$keep/$(dirname "$f")"; cp -p "$tree/$f" "$keep/$f"; }
+    done
+  done
+  for ((i = ${#have[@]} - 1; i >= 0; i--)); do
+    p=${have[i]}
+    say "reverting $p"
+    patch -d "$tree" -p1 -R -s --batch <"$app/$p" >&2 || {
+      say "cannot revert $p: unpacking the source again"
+      rm -f "$cache/work"/.unpacked-*; ensure_source; break; }
+  done
+  rm -f "$app"/*
+  : >"$app/series"
+  for p in "${want[@]}"; do
+    [ -f "$series_dir/$p" ] || die "series names $p, which is not in kernel/"
+    say "applying $p"
+    patch -d "$tree" -p1 -s --batch <"$series_dir/$p" >&2 || die "$p does not apply to $pkg $(pkg_version)"
+    cp "$series_dir/$p" "$app/$p"
+    echo "$p" >>"$app/series"
+  done
+  (cd "$keep" && find . -type f) | while read -r f; do
+    cmp -s "$keep/$f" "$tree/$f" && touch -r "$keep/$f" "$tree/$f"
+  done
+  rm -rf "$keep"
+}
+
+build() {
+  local k img
+  ensure_source
+  k=$(key)
+  img=$cache/images/$k/vmlinux
+  if [ -s "$img" ]; then echo "$img"; return 0; fi
+  apply_series
+  local tree=$cache/work/$pkg
+  mkdir -p "$cache/ccache" "$cache/images/$k"
+  local cc=gcc
+  if command -v ccache >/dev/null 2>&1; then cc="ccache gcc"; else say "no ccache: building without it"; fi
+  export CCACHE_DIR=$cache/ccache CCACHE_BASEDIR=$tree CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+  export KBUILD_BUILD_TIMESTAMP="locus" KBUILD_BUILD_USER=locus KBUILD_BUILD_HOST=locus
+  local t0=$SECONDS log=$cache/images/$k/build.log
+  say "building kernel $k ($([ $stock = 1 ] && echo stock || echo "series: $(patches | tr '\n' ' ')")) with -j$jobs at nice 19; log: $log"
+  (
+    cd "$tree" || exit 1
+    make -s tinyconfig >/dev/null &&
+    scripts/kconfig/merge_config.sh -m .config "$series_dir/config" $( ((stock)) || echo "$series_dir/config-series") >/dev/null &&
+    make -s olddefconfig >/dev/null &&
+    nice -n 19 make -j"$jobs" CC="$cc" HOSTCC="$cc" vmlinux
+  ) >"$log" 2>&1 || { tail -30 "$log" >&2; die "kernel build failed (log: $log)"; }
+  # The config must keep what the guest and the tests rely on.
+  local opt
+  for opt in CONFIG_NUMA CONFIG_TRANSPARENT_HUGEPAGE CONFIG_MIGRATION CONFIG_USERFAULTFD CONFIG_PVH CONFIG_SERIAL_8250_CONSOLE CONFIG_BLK_DEV_INITRD; do
+    grep -qx "$opt=y" "$tree/.config" || die "$opt is not set in the built config"
+  done
+  cp "$tree/vmlinux" "$img.tmp" && strip --strip-debug "$img.tmp" 2>/dev/null; mv "$img.tmp" "$img"
+  cp "$tree/.config" "$cache/images/$k/config"
+  say "built $img in $((SECONDS - t0)) s"
+  echo "$img"
+}
+
+image() {
+  local img
+  img=$cache/images/$(key)/vmlinux
+  [ -s "$img" ] || { say "no cached kernel for key $(key) (run: scripts/kernel.sh build$([ $stock = 1 ] && echo ' --stock'))"; return 77; }
+  echo "$img"
+}
+
+# guest_tests IMAGE: builds the static test programs and runs them in the guest.
+guest_tests() {
+  local img=$1
+  if ((stock)); then bash "$repo/tests/kernel/run_guest.sh" --stock "$img"; else bash "$repo/tests/kernel/run_guest.sh" "$img"; fi
+}
+
+case "$cmd" in
+  key) ensure_source; key ;;
+  build) build ;;
+  image) image ;;
+  boot)
+    img=$(image) || exit $?
+    [ "${1:-}" = -- ] && shift
+    (($#)) || set -- sh -c 'uname -a; cat /proc/cmdline'
+    exec bash "$repo/tests/numa/guest/run.sh" --nodes 2 --cpus 2 --kernel "$img" -- "$@" ;;
+  test)
+    img=$(build) || exit $?
+    guest_tests "$img" ;;
+  ci)
+    img=$(build); st=$?
+    if ((st == 77)); then say "kernel tests skipped: the kernel cannot be built here (reason above)"; exit 0; fi
+    ((st == 0)) || exit 1
+    guest_tests "$img"; st=$?
+    if ((st == 77)); then say "kernel tests skipped: the guest cannot run here (reason above)"; exit 0; fi
+    ((st == 0)) || { say "kernel guest tests FAILED (patched kernel)"; exit 1; }
+    # The same tests on a stock kernel: the advice is rejected, nothing is reused.
+    bash "$repo/tests/kernel/run_guest.sh" --stock; st=$?
+    ((st == 0 || st == 77)) || { say "kernel guest tests FAILED (stock kernel)"; exit 1; }
+    say "kernel guest tests passed" ;;
+  *) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
+esac

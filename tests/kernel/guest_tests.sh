@@ -1,0 +1,30 @@
+#!/bin/sh
+# Runs inside the QEMU guest (busybox sh, /init of tests/numa/guest/run.sh):
+# the page-reuse tests against the kernel booted.
+#   guest_tests.sh patched|stock [bench]
+# Exit status 0 when every test passed.
+mode=${1:-patched}
+echo "=== kernel $(uname -r), mode $mode"
+fail=0
+/page_reuse_test "$mode" || fail=1
+echo "=== calloc through locus (eco profile, LD_PRELOAD)"
+LD_PRELOAD=/liblocus.so LOCUS_PROFILE=eco LOCUS_STATS=1 /calloc_test "$mode" || fail=1
+if [ "${2:-}" = bench ]; then
+  echo "=== fault cost after reuse (4 KiB pages, same kernel: flagged vs unflagged mapping)"
+  /page_reuse_test bench 21 2048
+  /page_reuse_test costs 11 2048
+  # Workloads through locus: uma, eco, eco + page reuse, interleaved.
+  for round in 1 2 3; do
+    for prog in "/timestep --quick --steps 3" "/hera --quick --iters 150"; do
+      set -- $prog
+      [ -x "$1" ] || continue
+      for cfg in "uma 0" "eco 0" "eco 1"; do
+        prof=${cfg% *} reuse=${cfg#* }
+        echo "RUN round=$round prog=$1 profile=$prof reuse=$reuse"
+        LD_PRELOAD=/liblocus.so LOCUS_PROFILE=$prof LOCUS_PAGE_REUSE=$reuse /page_reuse_test rss "$@" | grep -E "RESULT|MAXRSS"
+      done
+    done
+  done
+fi
+echo "=== guest tests: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+exit $fail

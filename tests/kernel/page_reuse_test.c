@@ -1,0 +1,606 @@
+/* Guest tests of the MAP_PAGE_REUSE kernel series (kernel/), run inside a
+ * QEMU guest by tests/kernel/guest_init.sh.  Static, no locus.
+ *
+ *   page_reuse_test patched|stock TEST...   runs the tests; exit 0 if all pass
+ *   page_reuse_test scan SECRET MIB         (helper) maps MIB MiB of fresh
+ *                                           anonymous memory, flagged and not,
+ *                                           and fails if SECRET is in it
+ *   page_reuse_test bench ROUNDS PAGES      first-touch cost after reuse
+ *   page_reuse_test costs ROUNDS PAGES      what clearing costs in a fault
+ *   page_reuse_test rss PROGRAM [ARGS...]   runs PROGRAM, prints its peak RSS
+ *
+ * TESTS: flags reuse secret pressure limit (all when none is named).
+ * Each test prints "PASS name" or "FAIL name: why".  On a stock kernel
+ * ("stock") only what a stock kernel must do is checked: the advice is
+ * rejected, the flag has no effect, nothing is reused. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef MAP_PAGE_REUSE
+#define MAP_PAGE_REUSE 0x200000
+#endif
+#ifndef MADV_PAGE_REUSE
+#define MADV_PAGE_REUSE 0x4c4f
+#endif
+#ifndef MADV_NO_PAGE_REUSE
+#define MADV_NO_PAGE_REUSE 0x4c4e
+#endif
+#define MADV_UNDEFINED 0x4c50 /* no kernel defines it */
+
+#define PG 4096UL
+static int patched;
+static int failures;
+static const char *self;
+
+#define FAIL(name, ...)                                  \
+  do {                                                   \
+    printf("FAIL %s: ", name);                           \
+    printf(__VA_ARGS__);                                 \
+    printf("\n");                                        \
+    fflush(stdout);                                      \
+    failures++;                                          \
+    return;                                              \
+  } while (0)
+#define PASS(name, ...)                                  \
+  do {                                                   \
+    printf("PASS %s", name);                             \
+    printf(__VA_ARGS__);                                 \
+    printf("\n");                                        \
+    fflush(stdout);                                      \
+  } while (0)
+
+/* A value of /proc/self/status ("PageReuseHits:"), -1 when absent. */
+static long status_value(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  size_t n = strlen(key);
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n) && line[n] == ':') { v = strtol(line + n + 1, NULL, 10); break; }
+  fclose(f);
+  return v;
+}
+
+static long sysctl_read(const char *name) {
+  char path[128], buf[64];
+  snprintf(path, sizeof path, "/proc/sys/vm/%s", name);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  ssize_t r = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (r <= 0) return -1;
+  buf[r] = 0;
+  return strtol(buf, NULL, 10);
+}
+
+static int sysctl_write(const char *name, long v) {
+  char path[128], buf[64];
+  snprintf(path, sizeof path, "/proc/sys/vm/%s", name);
+  int fd = open(path, O_WRONLY);
+  if (fd < 0) return -1;
+  int n = snprintf(buf, sizeof buf, "%ld\n", v);
+  int ok = write(fd, buf, n) == n;
+  close(fd);
+  return ok ? 0 : -1;
+}
+
+/* Does /proc/self/smaps show VmFlags "pr" for the vma starting at p? */
+static int smaps_has_pr(void *p) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  char line[512];
+  int in = 0, found = 0;
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long a, b;
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      in = (a == (unsigned long)p);
+      continue;
+    }
+    if (in && !strncmp(line, "VmFlags:", 8)) {
+      found = strstr(line, " pr") != NULL;
+      break;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+static void *map_anon(size_t len, int extra) {
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void pin_cpu0(void) {
+  cpu_set_t s;
+  CPU_ZERO(&s);
+  CPU_SET(0, &s);
+  sched_setaffinity(0, sizeof s, &s);
+}
+
+/* ------------------------------------------------------------ flags */
+static void test_flags(void) {
+  const char *t = "flags";
+  size_t len = 16 * PG;
+  char *p = map_anon(len, 0);
+  if (!p) FAIL(t, "mmap: %s", strerror(errno));
+  int r = madvise(p, len, MADV_UNDEFINED);
+  if (r == 0 || errno != EINVAL) FAIL(t, "undefined advice 0x4c50 accepted");
+  r = madvise(p, len, MADV_PAGE_REUSE);
+  if (!patched) {
+    if (r == 0 || errno != EINVAL) FAIL(t, "stock kernel accepted MADV_PAGE_REUSE");
+    char *q = map_anon(len, MAP_PAGE_REUSE); /* ignored, as any unknown private flag */
+    if (!q) FAIL(t, "stock mmap with the flag: %s", strerror(errno));
+    if (smaps_has_pr(q) != 0) FAIL(t, "stock kernel shows pr in VmFlags");
+    munmap(q, len);
+    munmap(p, len);
+    PASS(t, " (stock: advice rejected with EINVAL, flag without effect)");
+    return;
+  }
+  if (r != 0) FAIL(t, "MADV_PAGE_REUSE on private anonymous memory: %s", strerror(errno));
+  if (smaps_has_pr(p) != 1) FAIL(t, "no pr in VmFlags after MADV_PAGE_REUSE");
+  if (madvise(p, len, MADV_NO_PAGE_REUSE) != 0) FAIL(t, "MADV_NO_PAGE_REUSE: %s", strerror(errno));
+  if (smaps_has_pr(p) != 0) FAIL(t, "pr still in VmFlags after MADV_NO_PAGE_REUSE");
+  munmap(p, len);
+
+  char *q = map_anon(len, MAP_PAGE_REUSE);
+  if (!q) FAIL(t, "mmap MAP_PRIVATE|MAP_ANONYMOUS|MAP_PAGE_REUSE: %s", strerror(errno));
+  if (smaps_has_pr(q) != 1) FAIL(t, "no pr in VmFlags of a MAP_PAGE_REUSE mapping");
+  munmap(q, len);
+
+  /* Bad combinations. */
+  void *s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_PAGE_REUSE, -1, 0);
+  if (s != MAP_FAILED || errno != EINVAL) FAIL(t, "MAP_SHARED|MAP_PAGE_REUSE not rejected with EINVAL");
+  s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_ANONYMOUS | MAP_PAGE_REUSE, -1, 0);
+  if (s != MAP_FAILED) FAIL(t, "MAP_SHARED_VALIDATE|MAP_PAGE_REUSE accepted");
+  int fd = open("/tmp/page_reuse_file", O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || ftruncate(fd, len) != 0) FAIL(t, "cannot make a tmpfs file");
+  s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_PAGE_REUSE, fd, 0);
+  if (s != MAP_FAILED || errno != EINVAL) FAIL(t, "private file mapping with MAP_PAGE_REUSE not rejected");
+  s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  if (s == MAP_FAILED) FAIL(t, "file mmap: %s", strerror(errno));
+  if (madvise(s, len, MADV_PAGE_REUSE) == 0 || errno != EINVAL) FAIL(t, "MADV_PAGE_REUSE on a file mapping not rejected");
+  munmap(s, len);
+  close(fd);
+  unlink("/tmp/page_reuse_file");
+  s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (s == MAP_FAILED) FAIL(t, "shared mmap: %s", strerror(errno));
+  if (madvise(s, len, MADV_PAGE_REUSE) == 0 || errno != EINVAL) FAIL(t, "MADV_PAGE_REUSE on shared memory not rejected");
+  munmap(s, len);
+  s = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_PAGE_REUSE, -1, 0);
+  if (s != MAP_FAILED) FAIL(t, "MAP_HUGETLB|MAP_PAGE_REUSE accepted");
+  PASS(t, " (advice and flag accepted, pr in VmFlags; shared, file, hugetlb rejected with EINVAL)");
+}
+
+/* ------------------------------------------------------------ reuse */
+/* Fills page i with words (tag << 32 | i). */
+static void fill(char *p, size_t pages, uint32_t tag) {
+  for (size_t i = 0; i < pages; i++) {
+    uint64_t *w = (uint64_t *)(p + i * PG);
+    for (size_t k = 0; k < PG / 8; k++) w[k] = ((uint64_t)tag << 32) | (uint32_t)i;
+  }
+}
+
+/* Classifies page contents after a refault: 0 zero page, 1 one of our
+ * own tag's pages (whole and consistent), 2 anything else. */
+static int classify(const char *pg, uint32_t tag) {
+  const uint64_t *w = (const uint64_t *)pg;
+  int zero = 1;
+  for (size_t k = 0; k < PG / 8; k++)
+    if (w[k]) { zero = 0; break; }
+  if (zero) return 0;
+  if ((uint32_t)(w[1] >> 32) != tag) return 2;
+  for (size_t k = 1; k < PG / 8; k++)
+    if (w[k] != w[1]) return 2;
+  return 1;
+}
+
+static void test_reuse(void) {
+  const char *t = "reuse";
+  const size_t n = 512;
+  uint32_t tag = 0x5eed0000u ^ (uint32_t)getpid();
+  pin_cpu0();
+  char *p = map_anon(n * PG, MAP_PAGE_REUSE);
+  if (!p) FAIL(t, "mmap: %s", strerror(errno));
+  long h0 = status_value("PageReuseHits");
+  if (patched && h0 < 0) FAIL(t, "no PageReuseHits in /proc/self/status");
+  if (!patched && h0 >= 0) FAIL(t, "stock kernel has PageReuseHits");
+
+  /* MADV_DONTNEED, then refault by writing the first word only. */
+  fill(p, n, tag);
+  if (madvise(p, n * PG, MADV_DONTNEED) != 0) FAIL(t, "MADV_DONTNEED: %s", strerror(errno));
+  long pool = status_value("PageReusePool");
+  size_t own = 0, zero = 0, other = 0;
+  for (size_t i = 0; i < n; i++) p[i * PG] = 0; /* write fault */
+  for (size_t i = 0; i < n; i++) {
+    int c = classify(p + i * PG, tag);
+    own += c == 1, zero += c == 0, other += c == 2;
+  }
+  long h1 = status_value("PageReuseHits");
+  if (other) FAIL(t, "%zu pages show data that is neither zero nor this process's own", other);
+  if (!patched) {
+    if (own) FAIL(t, "stock kernel returned %zu uncleared pages", own);
+    munmap(p, n * PG);
+    PASS(t, " (stock: all %zu pages cleared)", zero);
+    return;
+  }
+  if (h1 - h0 != (long)own) FAIL(t, "hits went up by %ld but %zu pages hold old data", h1 - h0, own);
+  if (own < n * 9 / 10) FAIL(t, "only %zu of %zu pages reused after MADV_DONTNEED (pool was %ld kB)", own, n, pool);
+
+  /* munmap, then a new mapping: also reused; a mapping without the flag
+   * never gets pool pages. */
+  fill(p, n, tag);
+  munmap(p, n * PG);
+  long pool_kb = status_value("PageReusePool");
+  if (pool_kb < (long)(n * 4 * 9 / 10)) FAIL(t, "pool has %ld kB after munmap of %zu kB", pool_kb, n * 4);
+  char *plain = map_anon(n * PG, 0);
+  long h2 = status_value("PageReuseHits");
+  for (size_t i = 0; i < n; i++) plain[i * PG] = 1;
+  for (size_t i = 0; i < n; i++) /* the first byte is the one just written */
+    for (size_t k = 1; k < PG; k++)
+      if (plain[i * PG + k]) FAIL(t, "a mapping without the flag got old data (page %zu)", i);
+  if (status_value("PageReuseHits") != h2) FAIL(t, "a mapping without the flag took pool pages");
+  munmap(plain, n * PG);
+  char *q = map_anon(n * PG, MAP_PAGE_REUSE);
+  for (size_t i = 0; i < n; i++) q[i * PG] = 0;
+  size_t own2 = 0;
+  for (size_t i = 0; i < n; i++) {
+    int c = classify(q + i * PG, tag);
+    if (c == 2) FAIL(t, "foreign data after munmap/mmap");
+    own2 += c == 1;
+  }
+  if (own2 < n * 9 / 10) FAIL(t, "only %zu of %zu pages reused after munmap", own2, n);
+
+  /* mremap shrink frees the tail into the pool. */
+  fill(q, n, tag);
+  long f0 = status_value("PageReuseFills");
+  char *r = mremap(q, n * PG, n * PG / 2, 0);
+  if (r == MAP_FAILED) FAIL(t, "mremap: %s", strerror(errno));
+  long f1 = status_value("PageReuseFills");
+  if (f1 - f0 < (long)(n / 2 * 9 / 10)) FAIL(t, "mremap shrink put %ld pages in the pool, expected %zu", f1 - f0, n / 2);
+  munmap(r, n * PG / 2);
+  PASS(t, " (MADV_DONTNEED: %zu/%zu pages reused, munmap: %zu/%zu, mremap shrink: %ld pages pooled; unflagged mapping untouched)",
+       own, n, own2, n, f1 - f0);
+}
+
+/* ------------------------------------------------------------ secret */
+static uint64_t secret_value(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t x = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 17 ^ 0xa5a5c3c3d00dfeedull;
+  return x | 1; /* never zero */
+}
+
+/* Maps mib MiB flagged and mib MiB plain, frees and refaults the flagged
+ * part once (its own pool), and counts words equal to secret. */
+static long scan_fresh(uint64_t secret, size_t mib) {
+  size_t len = mib << 20;
+  long hits = 0;
+  for (int flagged = 0; flagged < 2; flagged++) {
+    uint64_t *p = map_anon(len, flagged ? MAP_PAGE_REUSE : 0);
+    if (!p) return -1;
+    for (int round = 0; round < 2; round++) {
+      for (size_t i = 0; i < len / PG; i++) ((volatile char *)p)[i * PG + 5] = 0x11; /* write fault */
+      for (size_t k = 0; k < len / 8; k++) hits += p[k] == secret;
+      if (flagged && round == 0) madvise(p, len, MADV_DONTNEED);
+    }
+    munmap(p, len);
+  }
+  return hits;
+}
+
+static int run_scan(const char *secret_hex, const char *mib) {
+  uint64_t secret = strtoull(secret_hex, NULL, 16);
+  long pool = status_value("PageReusePool");
+  long hits = scan_fresh(secret, strtoul(mib, NULL, 10));
+  printf("scan (pid %d): pool at start %ld kB, secret words found %ld\n", (int)getpid(), pool, hits);
+  if (hits < 0) return 2;
+  if (pool > 0) return 3; /* a fresh exec'd process must start with an empty pool */
+  return hits ? 1 : 0;
+}
+
+static void test_secret(void) {
+  const char *t = "secret";
+  const size_t mib = 32, n = (mib << 20) / PG;
+  uint64_t secret = secret_value();
+  char hex[32];
+  snprintf(hex, sizeof hex, "%llx", (unsigned long long)secret);
+  pin_cpu0();
+  /* Secret pages, freed into this process's pool (and some into the
+   * page allocator: a plain mapping freed as usual). */
+  uint64_t *p = map_anon(n * PG, MAP_PAGE_REUSE);
+  uint64_t *plain = map_anon(n * PG, 0);
+  if (!p || !plain) FAIL(t, "mmap: %s", strerror(errno));
+  for (size_t k = 0; k < n * PG / 8; k++) p[k] = plain[k] = secret;
+  munmap(p, n * PG);
+  munmap(plain, n * PG);
+  long pool = status_value("PageReusePool");
+  if (patched && pool < (long)(mib << 10) / 2) FAIL(t, "only %ld kB of secret pages in the pool", pool);
+
+  /* 1. A forked child: no pool of its own, never sees the secret. */
+  pid_t c = fork();
+  if (c == 0) {
+    long cp = status_value("PageReusePool");
+    long h = scan_fresh(secret, 2 * mib);
+    printf("  forked child: pool at start %ld kB, secret words %ld, hits %ld\n", cp, h, status_value("PageReuseHits"));
+    _exit(h != 0 || cp > 0 ? 1 : 0);
+  }
+  int st;
+  waitpid(c, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL(t, "the forked child saw the secret or inherited the pool");
+
+  /* 2. Another process (exec'd from a fork) while this one still holds
+   * the secret in its pool. */
+  c = fork();
+  if (c == 0) {
+    execl(self, self, "scan", hex, "64", (char *)NULL);
+    _exit(127);
+  }
+  waitpid(c, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL(t, "another process saw the secret (status %d)", WEXITSTATUS(st));
+  if (patched && status_value("PageReusePool") < pool / 2) FAIL(t, "pool shrank while the other process ran");
+
+  /* 3. exec: this process's pool is dropped, the new image starts
+   * without it and never sees the secret. */
+  c = fork();
+  if (c == 0) {
+    /* the child refills its own pool with the secret, then execs */
+    uint64_t *q = map_anon(n * PG, MAP_PAGE_REUSE);
+    for (size_t k = 0; k < n * PG / 8; k++) q[k] = secret;
+    munmap(q, n * PG);
+    if (patched && status_value("PageReusePool") <= 0) _exit(4);
+    execl(self, self, "scan", hex, "64", (char *)NULL);
+    _exit(127);
+  }
+  waitpid(c, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL(t, "after exec the secret or the pool was visible (status %d)", WEXITSTATUS(st));
+
+  /* 4. The process's own exit frees the pool to the allocator (cleared
+   * on the next allocation): a process started after that never sees it. */
+  c = fork();
+  if (c == 0) {
+    uint64_t *q = map_anon(n * PG, MAP_PAGE_REUSE);
+    for (size_t k = 0; k < n * PG / 8; k++) q[k] = secret;
+    munmap(q, n * PG);
+    _exit(0);
+  }
+  waitpid(c, &st, 0);
+  c = fork();
+  if (c == 0) {
+    execl(self, self, "scan", hex, "96", (char *)NULL);
+    _exit(127);
+  }
+  waitpid(c, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL(t, "a process started after an exit saw the secret (status %d)", WEXITSTATUS(st));
+  PASS(t, " (secret in %ld kB of pool: not seen by a forked child, another process, an exec'd image, a later process)", pool);
+}
+
+/* ------------------------------------------------------------ pressure */
+static void test_pressure(void) {
+  const char *t = "pressure";
+  if (!patched) { PASS(t, " (stock: nothing to drain)"); return; }
+  const size_t n = (64 << 20) / PG;
+  uint32_t tag = 0x77770000u ^ (uint32_t)getpid();
+  pin_cpu0();
+  /* Live data that must survive, and freed data in the pool. */
+  char *live = map_anon(n * PG, MAP_PAGE_REUSE);
+  char *p = map_anon(n * PG, MAP_PAGE_REUSE);
+  if (!live || !p) FAIL(t, "mmap");
+  fill(live, n, tag ^ 1);
+  fill(p, n, tag);
+  munmap(p, n * PG);
+  long pool = status_value("PageReusePool"), global = sysctl_read("page_reuse_pages");
+  if (pool < (long)(n * 4) / 2 || global < pool / 4) FAIL(t, "pool %ld kB, vm.page_reuse_pages %ld before pressure", pool, global);
+  /* drop_caches runs the shrinkers. */
+  int fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+  if (fd < 0 || write(fd, "2\n", 2) != 2) FAIL(t, "cannot write drop_caches");
+  close(fd);
+  long pool2 = status_value("PageReusePool");
+  if (pool2 > pool / 10) FAIL(t, "drop_caches left %ld of %ld kB in the pool", pool2, pool);
+  /* Refill, then real pressure: a child allocates most of free memory. */
+  p = map_anon(n * PG, MAP_PAGE_REUSE);
+  fill(p, n, tag);
+  munmap(p, n * PG);
+  long pool3 = status_value("PageReusePool");
+  pid_t c = fork();
+  if (c == 0) {
+    long avail_kb = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[128];
+    while (f && fgets(line, sizeof line, f))
+      if (!strncmp(line, "MemAvailable:", 13)) avail_kb = strtol(line + 13, NULL, 10);
+    if (f) fclose(f);
+    /* MemAvailable does not count the pool: asking for all of it plus
+     * half the pool forces reclaim into the pool. */
+    size_t len = ((size_t)avail_kb + (size_t)pool3 / 2) << 10;
+    char *big = map_anon(len, 0);
+    if (!big) _exit(2);
+    for (size_t i = 0; i < len; i += PG) big[i] = 1;
+    _exit(0);
+  }
+  int st;
+  waitpid(c, &st, 0);
+  long pool4 = status_value("PageReusePool");
+  for (size_t i = 0; i < n; i++)
+    if (classify(live + i * PG, tag ^ 1) != 1) FAIL(t, "live data lost under pressure (page %zu)", i);
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL(t, "the pressure child failed (status %d: OOM?)", st);
+  if (pool4 >= pool3) FAIL(t, "pressure did not drain the pool (%ld -> %ld kB)", pool3, pool4);
+  /* Faults after the drain: cleared pages, no error. */
+  p = map_anon(n * PG, MAP_PAGE_REUSE);
+  for (size_t i = 0; i < n; i++) p[i * PG] = 0;
+  for (size_t i = 0; i < n; i++)
+    if (classify(p + i * PG, tag) == 2) FAIL(t, "foreign data after the drain");
+  munmap(p, n * PG);
+  munmap(live, n * PG);
+  PASS(t, " (drop_caches: pool %ld -> %ld kB; allocation pressure: %ld -> %ld kB; live data intact)", pool, pool2, pool3, pool4);
+}
+
+/* ------------------------------------------------------------ limit */
+static void test_limit(void) {
+  const char *t = "limit";
+  if (!patched) { PASS(t, " (stock: no limits)"); return; }
+  long old = sysctl_read("page_reuse_mm_max_pages");
+  if (old < 0) FAIL(t, "no vm.page_reuse_mm_max_pages");
+  pid_t c = fork();
+  if (c == 0) { /* a fresh mm: empty pool */
+    if (sysctl_write("page_reuse_mm_max_pages", 16) != 0) _exit(2);
+    char *p = map_anon(64 * PG, MAP_PAGE_REUSE);
+    for (size_t i = 0; i < 64; i++) p[i * PG] = 1;
+    munmap(p, 64 * PG);
+    long kb = status_value("PageReusePool");
+    printf("  pool with a limit of 16 pages after freeing 64: %ld kB\n", kb);
+    _exit(kb == 64 ? 0 : 1);
+  }
+  int st;
+  waitpid(c, &st, 0);
+  sysctl_write("page_reuse_mm_max_pages", old);
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL(t, "per-process limit not kept (status %d)", WEXITSTATUS(st));
+  PASS(t, " (vm.page_reuse_mm_max_pages=16 keeps 64 kB)");
+}
+
+/* ------------------------------------------------------------ bench */
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* First-touch cost per 4 KiB page after MADV_DONTNEED, in a mapping with
+ * the flag and one without, interleaved; medians over rounds. */
+static int run_bench(int rounds, size_t pages) {
+  pin_cpu0();
+  char *a = map_anon(pages * PG, MAP_PAGE_REUSE), *b = map_anon(pages * PG, 0);
+  double *ta = calloc(rounds, sizeof *ta), *tb = calloc(rounds, sizeof *tb);
+  if (!a || !b) return 2;
+  for (size_t i = 0; i < pages; i++) a[i * PG] = b[i * PG] = 1;
+  for (int r = 0; r < rounds; r++) {
+    for (int which = 0; which < 2; which++) {
+      char *p = which ? b : a;
+      madvise(p, pages * PG, MADV_DONTNEED);
+      double t0 = now_ns();
+      for (size_t i = 0; i < pages; i++) p[i * PG] = 1;
+      (which ? tb : ta)[r] = (now_ns() - t0) / pages;
+    }
+  }
+  qsort(ta, rounds, sizeof *ta, cmp_d);
+  qsort(tb, rounds, sizeof *tb, cmp_d);
+  printf("BENCH fault-after-free ns/page: flagged %.0f plain %.0f ratio %.3f (median of %d rounds, %zu pages, hits %ld)\n",
+         ta[rounds / 2], tb[rounds / 2], ta[rounds / 2] / tb[rounds / 2], rounds, pages, status_value("PageReuseHits"));
+  return 0;
+}
+
+/* What clearing costs inside a fault, on any kernel (run it on real
+ * hardware): per 4 KiB page, medians over rounds, interleaved:
+ *   fault     first write after MADV_DONTNEED (allocate, clear, map)
+ *   touch     write to a resident page (no fault)
+ *   clear     memset of a resident 4 KiB page, cache-cold (what clear_page does)
+ *   lazyfree  write after MADV_FREE, pages not reclaimed (stock stand-in: no fault)
+ *   populate  MADV_POPULATE_WRITE after MADV_DONTNEED, per page (stock stand-in:
+ *             one call, still clears)
+ * and fault - clear, the expected cost of a fault served from the pool. */
+static int run_costs(int rounds, size_t pages) {
+  pin_cpu0();
+  size_t len = pages * PG;
+  char *p = map_anon(len, 0), *evict = map_anon(64 << 20, 0);
+  if (!p || !evict) return 2;
+  madvise(p, len, MADV_NOHUGEPAGE);
+  enum { FAULT, TOUCH, CLEAR, LAZY, POPUL, N };
+  static const char *names[N] = {"fault", "touch", "clear", "lazyfree", "populate"};
+  double *t[N];
+  for (int k = 0; k < N; k++) t[k] = calloc(rounds, sizeof(double));
+  memset(evict, 1, 64 << 20);
+  for (int r = 0; r < rounds; r++) {
+    double t0;
+    madvise(p, len, MADV_DONTNEED);
+    memset(evict, r, 64 << 20);
+    t0 = now_ns();
+    for (size_t i = 0; i < pages; i++) p[i * PG] = 1;
+    t[FAULT][r] = (now_ns() - t0) / pages;
+    memset(evict, r, 64 << 20);
+    t0 = now_ns();
+    for (size_t i = 0; i < pages; i++) p[i * PG] = 2;
+    t[TOUCH][r] = (now_ns() - t0) / pages;
+    memset(evict, r, 64 << 20);
+    t0 = now_ns();
+    for (size_t i = 0; i < pages; i++) memset(p + i * PG, 0, PG);
+    t[CLEAR][r] = (now_ns() - t0) / pages;
+    madvise(p, len, MADV_FREE);
+    memset(evict, r, 64 << 20);
+    t0 = now_ns();
+    for (size_t i = 0; i < pages; i++) p[i * PG] = 3;
+    t[LAZY][r] = (now_ns() - t0) / pages;
+    madvise(p, len, MADV_DONTNEED);
+    memset(evict, r, 64 << 20);
+    t0 = now_ns();
+    int ok = madvise(p, len, 23 /* MADV_POPULATE_WRITE */) == 0;
+    for (size_t i = 0; i < pages; i++) p[i * PG] = 4;
+    t[POPUL][r] = ok ? (now_ns() - t0) / pages : -1;
+  }
+  double med[N];
+  for (int k = 0; k < N; k++) {
+    qsort(t[k], rounds, sizeof(double), cmp_d);
+    med[k] = t[k][rounds / 2];
+  }
+  printf("COSTS ns per 4 KiB page, median of %d rounds of %zu pages:", rounds, pages);
+  for (int k = 0; k < N; k++) printf(" %s %.0f", names[k], med[k]);
+  printf("\nCOSTS clearing share of a fault %.2f; expected fault from the pool (fault - clear) %.0f ns, "
+         "ratio to a fault %.2f\n", med[CLEAR] / med[FAULT], med[FAULT] - med[CLEAR],
+         (med[FAULT] - med[CLEAR]) / med[FAULT]);
+  return 0;
+}
+
+/* Runs a program and prints its peak RSS (wait4's ru_maxrss). */
+static int run_rss(char **argv) {
+  pid_t c = fork();
+  if (c == 0) {
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  int st;
+  struct rusage ru;
+  if (wait4(c, &st, 0, &ru) < 0) return 2;
+  printf("MAXRSS %ld kB\n", ru.ru_maxrss);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc >= 3 && !strcmp(argv[1], "rss")) return run_rss(argv + 2);
+  self = argv[0];
+  if (argc >= 4 && !strcmp(argv[1], "scan")) return run_scan(argv[2], argv[3]);
+  if (argc >= 4 && !strcmp(argv[1], "bench")) return run_bench(atoi(argv[2]), strtoul(argv[3], NULL, 10));
+  if (argc >= 4 && !strcmp(argv[1], "costs")) return run_costs(atoi(argv[2]), strtoul(argv[3], NULL, 10));
+  if (argc < 2 || (strcmp(argv[1], "patched") && strcmp(argv[1], "stock"))) {
+    fprintf(stderr, "usage: %s patched|stock [flags|reuse|secret|pressure|limit]...\n", argv[0]);
+    return 2;
+  }
+  patched = !strcmp(argv[1], "patched");
+  static const struct { const char *name; void (*fn)(void); } tests[] = {
+      {"flags", test_flags}, {"reuse", test_reuse}, {"secret", test_secret},
+      {"limit", test_limit}, {"pressure", test_pressure},
+  };
+  for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
+    int want = argc == 2;
+    for (int k = 2; k < argc; k++) want |= !strcmp(argv[k], tests[i].name);
+    if (want) tests[i].fn();
+  }
+  printf("page_reuse_test: %d failure(s)\n", failures);
+  return failures ? 1 : 0;
+}

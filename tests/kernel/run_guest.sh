@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds the kernel test programs and runs them in a 2-node QEMU guest
+# booted with the given kernel (tests/numa/guest/run.sh).
+#
+#   run_guest.sh [--stock] [--bench] [IMAGE]
+#
+# IMAGE: the kernel to boot (default: the cached patched kernel of
+# scripts/kernel.sh; skip, 77, if there is none).  --stock: the kernel is a
+# stock one (Debian's, from tests/numa/guest/kernel.sh, when no IMAGE is
+# given): the tests check that the advice is rejected and nothing is reused.
+# --bench: also measure (fault cost; the time-step and Hera-like workloads of
+# $LOCUS_BENCH_DIR, default build/bench, with uma, eco and eco + page reuse).
+# Exit status: the guest's (0 all passed); 77 skip.
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+say() { echo "run_guest.sh: $*" >&2; }
+mode=patched bench=""
+while (($#)); do
+  case "$1" in
+    --stock) mode=stock; shift ;;
+    --bench) bench=bench; shift ;;
+    *) break ;;
+  esac
+done
+img=${1:-}
+if [ -z "$img" ]; then
+  if [ $mode = stock ]; then
+    img=$(bash "$repo/tests/numa/guest/kernel.sh" --boot-image) || { say "SKIP: no stock guest kernel"; exit 77; }
+  else
+    img=$(bash "$repo/scripts/kernel.sh" image) || { say "SKIP: no cached patched kernel (scripts/kernel.sh build)"; exit 77; }
+  fi
+fi
+out=${LOCUS_KERNEL_TEST_BUILD:-$repo/build-kernel-tests}
+mkdir -p "$out"
+cc=${CC:-cc}
+$cc -O2 -Wall -Wextra -static -o "$out/page_reuse_test" "$here/page_reuse_test.c" || { say "cannot build page_reuse_test"; exit 1; }
+$cc -O2 -Wall -Wextra -o "$out/calloc_test" "$here/calloc_test.c" || { say "cannot build calloc_test"; exit 1; }
+lib=${LOCUS_LIB:-}
+if [ -z "$lib" ]; then
+  if [ ! -f "$out/locus/liblocus.so" ]; then
+    { cmake -S "$repo" -B "$out/locus" -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+      cmake --build "$out/locus" -j2 --target locus >/dev/null; } || { say "cannot build liblocus"; exit 1; }
+  else
+    cmake --build "$out/locus" -j2 --target locus >/dev/null || { say "cannot build liblocus"; exit 1; }
+  fi
+  lib=$out/locus/liblocus.so
+fi
+files=(--file "$out/page_reuse_test:/page_reuse_test" --file "$out/calloc_test:/calloc_test"
+       --file "$lib:/liblocus.so" --file "$here/guest_tests.sh:/guest_tests.sh")
+if [ -n "$bench" ]; then
+  bdir=${LOCUS_BENCH_DIR:-$repo/build/bench}
+  for w in timestep hera; do
+    [ -x "$bdir/bench_$w" ] && files+=(--file "$bdir/bench_$w:/$w")
+  done
+fi
+envs=()
+exec bash "$repo/tests/numa/guest/run.sh" --nodes 2 --cpus 2 --mem-per-node 512M \
+  --timeout "${LOCUS_KERNEL_TEST_TIMEOUT:-900}" --kernel "$img" "${files[@]}" "${envs[@]}" \
+  -- /bin/sh /guest_tests.sh "$mode" $bench
