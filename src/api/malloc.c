@@ -96,7 +96,8 @@ LOCUS_EXPORT void *locus_calloc(size_t count, size_t size) {
 
 /* ---- free ------------------------------------------------------------------ */
 
-static ALWAYS_INLINE void remote_push(heap_t *owner, void *p) {
+/* A medium block freed by another thread: onto its heap's stack. */
+static void remote_push(heap_t *owner, void *p) {
   void **b = p;
   b[1] = (void *)block_tag(b);
   void *head = atomic_load_explicit(&owner->remote, memory_order_relaxed);
@@ -168,8 +169,8 @@ static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
       free_small_local(c->r.heap, c, p, fn);
     } else {
       size_t idx;
-      small_check(c, p, fn, &idx);
-      remote_push(c->r.heap, p);
+      run_t *run = small_check(c, p, fn, &idx);
+      small_free_remote(c->r.heap, run, p);
     }
     return;
   }

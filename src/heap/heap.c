@@ -1,10 +1,14 @@
 /* Heap lifecycle (Valat, PhD thesis, 2014, §4.6.1, §4.9): one heap per thread, found
  * through a thread-local pointer set at the thread's first allocation. Only
  * the owner touches a heap's lists, so the owner never locks. Other threads
- * free into the heap's lock-free MPSC stack (`remote`), which the owner
- * drains. When a thread exits its heap becomes an orphan: its blocks stay
- * valid and may be freed by anyone (they land in the stack), and the next new
+ * free small blocks into their run's thread_free list (small.c) and medium
+ * blocks into the heap's lock-free MPSC stack (`remote`), which the owner
+ * drains. When a thread exits its heap becomes an orphan: its runs are parked
+ * (marked full, so that a remote free into one shows on the heap's notify
+ * stack), its blocks stay valid and may be freed by anyone, and the next new
  * thread adopts it, so thread churn reuses heaps instead of leaking them.
+ * Orphans are also collected by whoever holds the orphan list: on
+ * locus_release/locus_collect, and when a heap needs a new chunk.
  *
  * Heap records are never unmapped: a stale pointer to a heap (from a chunk
  * header) always names valid memory. */
@@ -107,6 +111,9 @@ heap_t *heap_get_slow(void) {
   locus_tls_heap = h;
   if (exit_key_ok) pthread_setspecific(exit_key, h);    /* after the TLS store: may call calloc */
   heap_drain_remote(h);
+  small_unpark(h);
+  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
+    if (h->placed[i]) heap_drain_remote(h->placed[i]), small_unpark(h->placed[i]);
   return h;
 }
 
@@ -147,9 +154,10 @@ int heap_rebind(void) {
   return heap_get()->node;
 }
 
-/* Blocks freed by other threads come back to their runs and bins. The stack
+/* Medium blocks freed by other threads come back to their bins. The stack
  * is taken whole with one exchange, so there is no ABA problem: producers only
- * push, the single consumer only swaps the head for NULL. */
+ * push, the single consumer only swaps the head for NULL. (Small blocks go to
+ * their run's thread_free list instead: small.c.) */
 void heap_drain_remote(heap_t *h) {
   void *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
   size_t n = 0;
@@ -158,14 +166,8 @@ void heap_drain_remote(heap_t *h) {
     chunk_t *c = (chunk_t *)registry_lookup(b);
     /* A queued block lies in a live chunk of this heap: chunks go back to the
      * source only when all their blocks are free, queued ones included. */
-    LOCUS_ASSERT(c && c->r.heap == h && (c->r.kind == REGION_SMALL || c->r.kind == REGION_MEDIUM));
-    if (c->r.kind == REGION_SMALL) {
-      size_t off;
-      run_t *run = chunk_run_of(c, b, &off);
-      small_free_local(h, c, run, b);
-    } else {
-      medium_free_local(h, c, b);
-    }
+    LOCUS_ASSERT(c && c->r.heap == h && c->r.kind == REGION_MEDIUM);
+    medium_free_local(h, c, b);
     b = next;
   }
   if (n) heap_stat_add(&h->st_remote_frees, n);
@@ -202,6 +204,8 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
     h->spare = NULL;
     c->r.zeroed = false;               /* it served blocks before */
   } else {
+    /* Before new memory: what exited threads' heaps got back may be enough. */
+    heaps_collect_orphans();
     c = (chunk_t *)source_alloc(heap_source(h), size, SRC_EXACT);
     if (!c) return NULL;
     c->r.node = (uint8_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
@@ -229,6 +233,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
 
 void heap_collect(heap_t *h) {
   heap_drain_remote(h);
+  small_collect_all(h, h->state != HEAP_LIVE);
   heap_debug_tick(h);
   if (h->spare) {
     chunk_t *c = h->spare;
@@ -244,17 +249,39 @@ void heap_collect(heap_t *h) {
 static void heap_abandon(void *arg) {
   heap_t *h = arg;
   if (!h || locus_tls_heap != h) return;
-  heap_collect(h);
-  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) heap_collect(h->placed[i]);
   locus_tls_heap = NULL;
   lock_acquire(&heaps_lock);
   h->state = HEAP_ORPHAN;
   h->tid = 0;
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
     if (h->placed[i]) h->placed[i]->state = HEAP_ORPHAN, h->placed[i]->tid = 0;
+  /* Parked under the lock, as a collector of orphans would: the heap is
+   * nobody's now. (A later destructor of this thread gets another heap.) */
+  heap_collect(h);
+  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
+    if (h->placed[i]) heap_collect(h->placed[i]);
   h->next_orphan = orphans;
   orphans = h;
+  lock_release(&heaps_lock);
+}
+
+/* An orphan has work when some thread freed into it since it was parked. */
+static bool heap_has_remote(heap_t *h) {
+  return atomic_load_explicit(&h->notify, memory_order_relaxed) ||
+         atomic_load_explicit(&h->remote, memory_order_relaxed);
+}
+
+/* Takes back what other threads freed into orphaned heaps (exited threads):
+ * their empty runs and chunks go back to the sources. Holding heaps_lock
+ * makes the caller the orphans' only user (adoption takes them under it). */
+void heaps_collect_orphans(void) {
+  if (!atomic_load_explicit((_Atomic(heap_t *) *)&orphans, memory_order_relaxed)) return;
+  lock_acquire(&heaps_lock);
+  for (heap_t *h = orphans; h; h = h->next_orphan) {
+    if (heap_has_remote(h)) heap_collect(h);
+    for (int i = 0; i <= PLACE_INTERLEAVE; i++)
+      if (h->placed[i] && heap_has_remote(h->placed[i])) heap_collect(h->placed[i]);
+  }
   lock_release(&heaps_lock);
 }
 

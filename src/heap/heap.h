@@ -16,16 +16,41 @@
 #define SMALL_MAX (8 * KiB)
 #define NUM_CLASSES 32
 
+/* A run's free blocks are sharded over three lists (after mimalloc's free-list
+ * sharding: Leijen, Zorn, de Moura, "Mimalloc: Free List Sharding in Action",
+ * 2019): `free`, which malloc pops; `local_free`, where the owner's frees go;
+ * `thread_free`, where other threads push with one CAS on the run (never on
+ * the heap). When `free` runs out the owner swaps in `local_free`, then takes
+ * `thread_free` whole. All three are linked through word 0 and every block on
+ * them carries the freed tag in word 1.
+ *
+ * thread_free packs the head pointer (bits 0-47), the number of blocks on the
+ * list (bits 48-61: bounds the owner's walk, so two threads freeing one block
+ * at once make a cycle that is caught, not followed) and a notification state
+ * (bits 62-63): TF_FULL while the run is full and on no list, so the first
+ * remote free tells the heap (pushes the run on h->notify) and turns the
+ * state into TF_NOTIFYING until the push is done. */
+#define TF_PTR_MASK (((uintptr_t)1 << 48) - 1)
+#define TF_COUNT_SHIFT 48
+#define TF_COUNT_ONE ((uintptr_t)1 << TF_COUNT_SHIFT)
+#define TF_COUNT_MASK ((((uintptr_t)1 << 14) - 1) << TF_COUNT_SHIFT)
+#define TF_FULL ((uintptr_t)1 << 62)
+#define TF_NOTIFYING ((uintptr_t)2 << 62)
+#define TF_STATE_MASK ((uintptr_t)3 << 62)
+
 typedef struct run_s {
-  void *free;                  /* owner's free list, linked through word 0 */
-  uint16_t used;               /* blocks handed out (remote-freed ones included until drained) */
+  void *free;                  /* allocation list: malloc pops here */
+  void *local_free;            /* the owner's frees since `free` last ran out */
+  uint16_t used;               /* blocks handed out (those on thread_free included until collected) */
   uint16_t capacity;           /* blocks that fit in the run */
   uint16_t carved;             /* blocks carved so far from the run's start */
   uint8_t cls;
-  uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL */
+  uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL: the owner's view */
   uint32_t bsize;
   uint32_t recip;              /* ceil(2^32/bsize): offset -> index without a divide */
+  _Atomic(uintptr_t) thread_free; /* remote frees, see above */
   struct run_s *next, *prev;   /* the heap's list of non-full runs of this class */
+  struct run_s *_Atomic notify_next; /* link on the owner heap's notify stack */
 } __attribute__((aligned(64))) run_t;   /* one cache line each, indexed by a shift */
 
 enum { RUN_FREE = 0, RUN_ACTIVE = 1, RUN_FULL = 2 };
@@ -63,8 +88,10 @@ typedef struct heap_s {
   run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel) */
   uintptr_t hot;               /* small chunk that got the latest run, or HOT_NONE:
                                   frees into it skip the registry */
-  run_t *partial[NUM_CLASSES]; /* other non-full runs of the class */
-  _Atomic(void *) remote;      /* MPSC stack of blocks freed by other threads */
+  run_t *partial[NUM_CLASSES]; /* other non-full runs of the class, oldest first */
+  run_t *partial_tail[NUM_CLASSES];
+  _Atomic(void *) remote;      /* MPSC stack of medium blocks freed by other threads */
+  _Atomic(run_t *) notify;     /* MPSC stack of full runs that got a remote free */
   struct heap_s *main;         /* the main heap whose thread owns this one (itself for a main heap):
                                   beside `remote`, which a remote free touches anyway */
   int place;                   /* PLACE_MAIN, a node id, or PLACE_INTERLEAVE */
@@ -130,6 +157,8 @@ void heap_drain_remote(heap_t *h);
 /* malloc's paths on a given heap (api/malloc.c). */
 void *heap_malloc(heap_t *h, size_t size);
 void heap_collect(heap_t *h);
+/* Collects orphaned heaps that other threads freed into (any thread may call). */
+void heaps_collect_orphans(void);
 chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind);
 void heap_chunk_release(heap_t *h, chunk_t *c);
 void heaps_counts(size_t *live, size_t *orphaned);
@@ -159,13 +188,43 @@ static ALWAYS_INLINE unsigned size_class(size_t size) {
 }
 void *small_alloc_slow(heap_t *h, unsigned cls);
 void small_free_update(heap_t *h, chunk_t *c, run_t *run);
+void small_notify(heap_t *owner, run_t *run);
+/* Owner side: moves thread_free onto `free`; returns the blocks taken. */
+size_t small_collect(heap_t *h, chunk_t *c, run_t *run);
+/* Owner side: takes back what other threads freed into h's small runs,
+ * retires empty runs (empty chunks go back to the source). With `park`, every
+ * run left is marked full so that the next remote free into it tells the heap
+ * (a heap with no thread: its notify stack then says it has work). */
+void small_collect_all(heap_t *h, bool park);
+void small_unpark(heap_t *h);
+/* The owner's free: onto the run's local list. */
 static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p) {
   LOCUS_ASSERT(run->used > 0 && run->used <= run->carved && run->carved <= run->capacity);
   void **b = p;
-  b[0] = run->free;
+  b[0] = run->local_free;
   b[1] = (void *)block_tag(b);
-  run->free = b;
+  run->local_free = b;
   if (unlikely(--run->used == 0 || run->state == RUN_FULL)) small_free_update(h, c, run);
+}
+/* Another thread's free: one CAS on the run's thread_free, none on the heap,
+ * except the first free into a full run, which tells the owner (small_notify). */
+static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) {
+  void **b = p;
+  b[1] = (void *)block_tag(b);
+  uintptr_t old = atomic_load_explicit(&run->thread_free, memory_order_relaxed), nw;
+  for (;;) {
+    if (unlikely(old & TF_NOTIFYING)) {   /* another thread is telling the owner: a few cycles */
+      arch_pause();
+      old = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
+      continue;
+    }
+    b[0] = (void *)(old & TF_PTR_MASK);
+    nw = (uintptr_t)b | ((old & TF_COUNT_MASK) + TF_COUNT_ONE) | ((old & TF_FULL) ? TF_NOTIFYING : 0);
+    if (atomic_compare_exchange_weak_explicit(&run->thread_free, &old, nw, memory_order_release,
+                                              memory_order_relaxed))
+      break;
+  }
+  if (unlikely(nw & TF_NOTIFYING)) small_notify(owner, run);
 }
 static ALWAYS_INLINE run_t *chunk_run_of(chunk_t *c, const void *p, size_t *off) {
   size_t o = (uintptr_t)p - (uintptr_t)c;
