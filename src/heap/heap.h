@@ -16,13 +16,15 @@
 #define SMALL_MAX (8 * KiB)
 #define NUM_CLASSES 32
 
-/* A run's free blocks are sharded over three lists (after mimalloc's free-list
+/* A run's free blocks are sharded over two lists (after mimalloc's free-list
  * sharding: Leijen, Zorn, de Moura, "Mimalloc: Free List Sharding in Action",
- * 2019): `free`, which malloc pops; `local_free`, where the owner's frees go;
- * `thread_free`, where other threads push with one CAS on the run (never on
- * the heap). When `free` runs out the owner swaps in `local_free`, then takes
- * `thread_free` whole. All three are linked through word 0 and every block on
- * them carries the freed tag in word 1.
+ * 2019): `free`, which malloc pops and the owner's frees push (LIFO: a block
+ * freed is the next one handed out, still in cache), and `thread_free`, where
+ * other threads push with one CAS on the run (never on the heap). When `free`
+ * runs out the owner takes `thread_free` whole. (mimalloc's third list, the
+ * owner's frees apart from `free`, cost 5 more instructions per malloc+free
+ * pair and more cache misses here: docs/design.md.) Both lists are linked
+ * through word 0 and every block on them carries the freed tag in word 1.
  *
  * thread_free packs the head pointer (bits 0-47), the number of blocks on the
  * list (bits 48-61: bounds the owner's walk, so two threads freeing one block
@@ -39,8 +41,7 @@
 #define TF_STATE_MASK ((uintptr_t)3 << 62)
 
 typedef struct run_s {
-  void *free;                  /* allocation list: malloc pops here */
-  void *local_free;            /* the owner's frees since `free` last ran out */
+  void *free;                  /* malloc pops here, the owner's frees push here */
   uint16_t used;               /* blocks handed out (those on thread_free included until collected) */
   uint16_t capacity;           /* blocks that fit in the run */
   uint16_t carved;             /* blocks carved so far from the run's start */
@@ -197,13 +198,13 @@ size_t small_collect(heap_t *h, chunk_t *c, run_t *run);
  * (a heap with no thread: its notify stack then says it has work). */
 void small_collect_all(heap_t *h, bool park);
 void small_unpark(heap_t *h);
-/* The owner's free: onto the run's local list. */
+/* The owner's free: onto the run's free list. */
 static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p) {
   LOCUS_ASSERT(run->used > 0 && run->used <= run->carved && run->carved <= run->capacity);
   void **b = p;
-  b[0] = run->local_free;
+  b[0] = run->free;
   b[1] = (void *)block_tag(b);
-  run->local_free = b;
+  run->free = b;
   if (unlikely(--run->used == 0 || run->state == RUN_FULL)) small_free_update(h, c, run);
 }
 /* Another thread's free: one CAS on the run's thread_free, none on the heap,

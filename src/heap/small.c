@@ -14,7 +14,7 @@
  * through the heap's notify stack when another thread does), or unused
  * (RUN_FREE, its slot free in the chunk's bitmap).
  *
- * Free lists are sharded per run (free / local_free / thread_free, see
+ * Free lists are sharded per run (free / thread_free, see
  * heap.h): a remote free touches only the run's descriptor, and the owner
  * takes a run's remote frees in one exchange when its other lists are empty. */
 #include <string.h>
@@ -39,7 +39,6 @@ void small_init(void) {
 static void run_init(run_t *run, unsigned cls) {
   uint32_t bs = locus_class_size[cls];
   run->free = NULL;
-  run->local_free = NULL;
   run->used = 0;
   run->carved = 0;
   run->capacity = (uint16_t)(RUN_SIZE / bs);
@@ -197,15 +196,10 @@ NOINLINE void small_notify(heap_t *owner, run_t *run) {
   atomic_fetch_and_explicit(&run->thread_free, ~TF_STATE_MASK, memory_order_release);
 }
 
-/* Gives `free` something to pop: the owner's frees, then the remote ones,
- * then a fresh page of the run. False when the run is used up. */
+/* Gives `free` something to pop: the remote frees, then a fresh page of the
+ * run. False when the run is used up. */
 static bool run_refill(heap_t *h, chunk_t *c, run_t *run) {
   if (run->free) return true;
-  if (run->local_free) {
-    run->free = run->local_free;
-    run->local_free = NULL;
-    return true;
-  }
   if (small_collect(h, c, run)) return true;
   if (run->carved < run->capacity) {
     run_extend(c, run);
@@ -283,7 +277,7 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run) {
   if (run->state != RUN_FULL) partial_unlink(h, run);
   run->state = RUN_FREE;
   atomic_store_explicit(&run->thread_free, 0, memory_order_relaxed);
-  run->free = run->local_free = NULL;
+  run->free = NULL;
   run->carved = run->capacity = 0;     /* a late free into the slot is caught as invalid */
   unsigned i = (unsigned)(run - c->runs);
   if (!c->free_runs && c->prev) {      /* chunk regains a free slot: move it to the head */
@@ -362,6 +356,6 @@ void small_unpark(heap_t *h) {
   for (chunk_t *c = h->small_chunks; c; c = c->next)
     for (unsigned i = 1; i < RUNS_PER_CHUNK; i++) {
       run_t *run = &c->runs[i];
-      if (run->state == RUN_FULL && (run->free || run->local_free)) run_unfull(h, run);
+      if (run->state == RUN_FULL && run->free) run_unfull(h, run);
     }
 }

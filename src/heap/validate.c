@@ -30,7 +30,7 @@ static size_t check_list(chunk_t *c, run_t *run, void **head, const char *name) 
   return n;
 }
 
-/* free + local_free + used == carved (used counts the blocks on thread_free,
+/* free + used == carved (used counts the blocks on thread_free,
  * which other threads change under us: only its count is checked, <= used);
  * TF_FULL only on a full run. */
 static void check_run(chunk_t *c, run_t *run) {
@@ -39,7 +39,7 @@ static void check_run(chunk_t *c, run_t *run) {
     FAIL("run %zu of chunk %p: used %u, carved %u, capacity %u", idx, c, run->used, run->carved, run->capacity);
   if (run->capacity != RUN_SIZE / run->bsize || run->bsize != locus_class_size[run->cls])
     FAIL("run %zu of chunk %p: block size %u does not match class %u", idx, c, run->bsize, run->cls);
-  size_t n = check_list(c, run, run->free, "free list") + check_list(c, run, run->local_free, "local free list");
+  size_t n = check_list(c, run, run->free, "free list");
   if (n + run->used != run->carved)
     FAIL("run %zu of chunk %p: %zu free + %u used != %u carved", idx, c, n, run->used, run->carved);
   uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
