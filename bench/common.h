@@ -135,6 +135,17 @@ static inline uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/* CPU time of the whole process (all threads), seconds.  On shared cores a
+ * thread that is descheduled stretches the wall time of a multi-threaded run
+ * but not its CPU time: the ab_* workloads report both (cpu_s and
+ * cpu_ops_per_s next to the wall-clock throughput).  CPU time alone would hide
+ * an allocator whose threads sleep on a lock, hence both. */
+static inline double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* Cycle counter: rdtsc fenced so that it does not drift across the
  * instruction being measured.  Falls back to nanoseconds elsewhere. */
 static inline uint64_t cycles(void) {
@@ -313,6 +324,118 @@ static inline bench_item_t spsc_pop(spsc_t *q) {
     bench_item_t it = q->slots[h & (q->cap - 1)];
     atomic_store_explicit(&q->head, h + 1, memory_order_release);
     return it;
+}
+
+/* ------------------------------------------------------------------ */
+/* Allocator-bound blocks (the ab_* workloads).  Only two words of a   */
+/* block are touched: the head word at offset 0 holds the block's tag  */
+/* and size, (tag << 16) | n, and blocks of 16 bytes or more get the   */
+/* head's complement-mix at offset n-8.  ab_take checks both before    */
+/* the block is freed and returns the head, which the workload adds to */
+/* a checksum of what it freed; ab_put adds it to a checksum of what   */
+/* it allocated.  The two sums must be equal at the end (every block   */
+/* freed exactly once, intact at both ends), and since tags and sizes  */
+/* come from the seed alone, the sum is the same under every           */
+/* allocator: the harness compares it across allocators.  Sizes must   */
+/* be 8 .. 65535 bytes and tags below 2^48.                             */
+
+#define AB_TAIL_MIX 0x9e3779b97f4a7c15ULL
+
+static inline uint64_t ab_put(void *p, size_t n, uint64_t tag) {
+    uint64_t h = (tag << 16) | (uint64_t)n;
+    *(uint64_t *)p = h;
+    if (n >= 16) {
+        uint64_t t = h ^ AB_TAIL_MIX; /* n - 8 may be unaligned: memcpy is one mov on x86 */
+        memcpy((char *)p + n - 8, &t, 8);
+    }
+    return h;
+}
+
+/* malloc(n), marked; adds the head to *sum. */
+static inline void *ab_alloc(size_t n, uint64_t tag, uint64_t *sum) {
+    void *p = malloc(n);
+    if (__builtin_expect(!p, 0)) bench_fail("enomem", "malloc(%zu) returned NULL", n);
+    *sum += ab_put(p, n, tag);
+    return p;
+}
+
+static void __attribute__((noinline, noreturn, unused)) ab_bad(const void *p, uint64_t h, const char *where) {
+    bench_fail("corrupt", "%s: block %p lost its head or tail word (head %#" PRIx64 ")", where, p, h);
+}
+
+/* Checks the block's two words and returns its head (not freed here). */
+static inline uint64_t ab_take(const void *p, const char *where) {
+    uint64_t h = *(const uint64_t *)p;
+    size_t n = (size_t)(h & 0xffff);
+    if (__builtin_expect(n < 8, 0)) ab_bad(p, h, where);
+    if (n >= 16) {
+        uint64_t t;
+        memcpy(&t, (const char *)p + n - 8, 8);
+        if (__builtin_expect(t != (h ^ AB_TAIL_MIX), 0)) ab_bad(p, h, where);
+    }
+    return h;
+}
+
+/* Checks, adds to *sum and frees. */
+static inline void ab_free(void *p, uint64_t *sum, const char *where) {
+    *sum += ab_take(p, where);
+    free(p);
+}
+
+/* Size in [lo, hi] from the high half of a random word (multiply-shift: no
+ * division in the timed loops); the low half is left for a slot index. */
+static inline size_t ab_size(uint64_t x, size_t lo, size_t hi) {
+    return lo + (size_t)(((x >> 32) * (uint64_t)(hi - lo + 1)) >> 32);
+}
+
+/* Final check of a workload: freed == allocated, else check=fail. */
+static inline void ab_verify(uint64_t allocated, uint64_t freed) {
+    if (allocated != freed)
+        bench_fail("checksum", "checksum of freed blocks %#" PRIx64 " != checksum of allocated blocks %#" PRIx64,
+                   freed, allocated);
+}
+
+/* ------------------------------------------------------------------ */
+/* Memory of the process.                                              */
+
+#include <sys/resource.h>
+
+/* Resident set now (/proc/self/statm), KiB; -1 if unreadable. */
+static inline long bench_rss_kib(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, res = -1;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &size, &res) != 2) res = -1;
+        fclose(f);
+    }
+    return res < 0 ? -1 : res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* Peak resident set of the program so far, KiB: VmHWM of /proc/self/status
+ * (the high-water mark of this address space), else ru_maxrss.  The rusage
+ * the harness gets from wait4 is not enough for small peaks: the kernel keeps
+ * in ru_maxrss the resident set of the address space replaced by exec, which
+ * for a child spawned by Python (vfork) is the harness's own (~15-20 MiB and
+ * growing with the results it holds).  The ab_* workloads print this value
+ * as peak_rss_kib and the harness prefers it. */
+static inline long bench_peak_rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    long kib = -1;
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "VmHWM:", 6)) {
+                kib = strtol(line + 6, NULL, 10);
+                break;
+            }
+        fclose(f);
+    }
+    if (kib < 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        kib = ru.ru_maxrss;
+    }
+    return kib;
 }
 
 /* ------------------------------------------------------------------ */

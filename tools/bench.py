@@ -51,7 +51,25 @@ WORKLOADS = [
     ("cache_align", "cache_align", []),
     ("small_random", "small_random", []),
     ("small_ring", "small_ring", []),
+    # Allocator-bound small-object workloads (issue 10): one word written and
+    # checked at each end of a block, checksums compared across allocators.
+    ("ab_random_1t", "ab_random", ["--threads", "1"]),
+    ("ab_random_2t", "ab_random", ["--threads", "2"]),
+    ("ab_batch_1t", "ab_batch", ["--threads", "1"]),
+    ("ab_batch_2t", "ab_batch", ["--threads", "2"]),
+    ("ab_bulk1m_1t", "ab_batch", ["--batch", "1000000", "--min", "16", "--max", "256", "--threads", "1"]),
+    ("ab_prodcons", "ab_prodcons", []),
+    ("ab_exchange_1t", "ab_exchange", ["--threads", "1"]),
+    ("ab_exchange_2t", "ab_exchange", ["--threads", "2"]),
+    ("ab_larson", "ab_larson", []),
+    ("ab_churn", "ab_churn", []),
+    ("ab_cxx", "ab_cxx", []),
+    ("ab_omp", "ab_omp", []),
 ]
+
+# Programs that need more than a C compiler (g++, OpenMP): when they were not
+# built, their workloads are skipped with a note instead of failing the run.
+OPTIONAL_PROGRAMS = {"ab_cxx": "needs g++", "ab_omp": "needs OpenMP (-fopenmp)"}
 
 # Peers: name -> candidate shared objects (the first that exists is used).
 PEERS = [
@@ -250,11 +268,41 @@ def evaluate(rec, stdout, stderr):
         rec["unit"] = r.get("unit")
         rec["better"] = r.get("better", "lower")
         rec["extra"] = {k: num(v) for k, v in r.items()
-                        if k not in ("name", "metric", "value", "unit", "better", "check")}
+                        if k not in ("name", "metric", "value", "unit", "better", "check", "checksum")}
+        if "checksum" in r:
+            rec["checksum"] = r["checksum"]  # compared as text across allocators
     if not rec["ok"]:
         tail = (stderr.strip().splitlines() or [""])[-15:]
         rec["stderr_tail"] = "\n".join(tail)
     return rec
+
+
+def cross_check(runs):
+    """A workload that prints checksum=... does the same work under every
+    allocator (tags and sizes come from the seed alone), so every successful
+    run of one workload must print the same checksum.  Runs whose checksum
+    differs from the most common one are marked failed (all of them on a
+    tie).  Returns the number of runs so marked."""
+    bad = 0
+    by_w = {}
+    for r in runs:
+        if r["ok"] and "checksum" in r:
+            by_w.setdefault(r["workload"], []).append(r)
+    for wid, rs in by_w.items():
+        counts = {}
+        for r in rs:
+            counts[r["checksum"]] = counts.get(r["checksum"], 0) + 1
+        if len(counts) < 2:
+            continue
+        top = sorted(counts.values(), reverse=True)
+        ref = max(counts, key=counts.get) if top[0] > top[1] else None
+        for r in rs:
+            if r["checksum"] != ref:
+                r["ok"] = False
+                r["reason"] = ("checksum %s differs from the other allocators' (%s)"
+                               % (r["checksum"], ", ".join(sorted(counts))))
+                bad += 1
+    return bad
 
 
 # --------------------------------------------------------------------------
@@ -347,6 +395,15 @@ def summarise(runs, workloads, allocs):
                 s["value_min"], s["value_max"] = min(vals), max(vals)
                 for k in ("wall_s", "user_s", "sys_s", "maxrss_kib", "minflt"):
                     s[k] = median([r[k] for r in ok])
+                # Extra fields some workloads report: throughput per CPU
+                # second (stable on shared cores), resident set at the end.
+                for k in ("cpu_ops_per_s", "peak_rss_kib", "final_rss_kib", "final_rss_mib", "rss_after_free_mib",
+                          "in_use_after_free_mib"):
+                    xs = [r.get("extra", {}).get(k) for r in ok]
+                    xs = [x for x in xs if isinstance(x, (int, float))]
+                    if xs:
+                        s[k] = median(xs)
+                        s[k + "_min"], s[k + "_max"] = min(xs), max(xs)
             per[a["name"]] = s
         if not per:
             continue
@@ -468,6 +525,82 @@ def write_markdown(path, meta, summ, allocs, runs, notes):
         L.append("| %s | %s | %s | %s | %s |" % (wid, any_s.get("metric", "?"), any_s.get("unit", "?"),
                                                   any_s.get("better", "?"), " | ".join(row)))
     L.append("")
+    cpu_w = [w for w, ws in summ.items() if any("cpu_ops_per_s" in s for s in ws["allocators"].values())]
+    if cpu_w:
+        L.append("## Throughput per CPU second (medians [min–max])\n")
+        L.append("Operations divided by the CPU time of the whole process over the timed region "
+                 "(`cpu_ops_per_s`, higher is better). On shared cores a descheduled thread stretches "
+                 "the wall time but not the CPU time, so this is the steadier figure; read it next to "
+                 "the wall-clock metric, which also shows threads that sleep on a lock.\n")
+        L.append("| workload | " + " | ".join(names) + " |")
+        L.append("|---" * (len(names) + 1) + "|")
+        for wid in cpu_w:
+            row = []
+            for n in names:
+                s = summ[wid]["allocators"].get(n, {})
+                row.append("%s [%s–%s]" % (f3(s["cpu_ops_per_s"]), f3(s["cpu_ops_per_s_min"]),
+                                           f3(s["cpu_ops_per_s_max"])) if "cpu_ops_per_s" in s else "—")
+            L.append("| %s | %s |" % (wid, " | ".join(row)))
+        L.append("")
+        L.append("CPU-time cost relative to the best peer on the same figure (best peer's `cpu_ops_per_s` "
+                 "divided by the allocator's; **below 1 is better**):\n")
+        L.append("| workload | " + " | ".join(names) + " |")
+        L.append("|---" * (len(names) + 1) + "|")
+        for wid in cpu_w:
+            al = summ[wid]["allocators"]
+            peers = [al[n]["cpu_ops_per_s"] for n in al if n in PEER_NAMES and al[n].get("cpu_ops_per_s")]
+            best = max(peers) if peers else None
+            row = []
+            for n in names:
+                v = al.get(n, {}).get("cpu_ops_per_s")
+                row.append(f3(best / v) if best and v else "—")
+            L.append("| %s | %s |" % (wid, " | ".join(row)))
+        L.append("")
+    L.append("## Memory (medians, MiB)\n")
+    L.append("Peak resident set of the workload's address space (`peak_rss_kib`, its VmHWM), then, "
+             "where the workload reports it, its resident set at the end after every block was freed "
+             "(`final_rss`), as *peak / final*. ¹: the workload does not report its peak; the child's "
+             "`ru_maxrss` is shown instead, which includes the harness's own resident set at the time "
+             "of the spawn (the kernel keeps the high-water mark of the address space replaced by exec), "
+             "so values below ~20 MiB mean nothing.\n")
+    L.append("| workload | " + " | ".join(names) + " |")
+    L.append("|---" * (len(names) + 1) + "|")
+    for wid, ws in summ.items():
+        row = []
+        for n in names:
+            s = ws["allocators"].get(n, {})
+            if s.get("peak_rss_kib") is not None:
+                cell = f3(s["peak_rss_kib"] / 1024.0)
+            elif s.get("maxrss_kib") is not None:
+                cell = f3(s["maxrss_kib"] / 1024.0) + "¹"
+            else:
+                row.append("—")
+                continue
+            if s.get("final_rss_mib") is not None:
+                cell += " / " + f3(s["final_rss_mib"])
+            elif s.get("final_rss_kib") is not None:
+                cell += " / " + f3(s["final_rss_kib"] / 1024.0)
+            row.append(cell)
+        L.append("| %s | %s |" % (wid, " | ".join(row)))
+    L.append("")
+    if any("rss_after_free_mib" in s for ws in summ.values() for s in ws["allocators"].values()):
+        L.append("After the parallel frees of `ab_omp` (before the serial phase): resident set, and the "
+                 "bytes the allocator itself counts in use (`na`: it does not say), MiB.\n")
+        L.append("| workload | " + " | ".join(names) + " |")
+        L.append("|---" * (len(names) + 1) + "|")
+        for wid, ws in summ.items():
+            if not any("rss_after_free_mib" in s for s in ws["allocators"].values()):
+                continue
+            row = []
+            for n in names:
+                s = ws["allocators"].get(n, {})
+                if "rss_after_free_mib" not in s:
+                    row.append("—")
+                    continue
+                row.append("RSS %s, in use %s" % (f3(s["rss_after_free_mib"]),
+                                                  f3(s.get("in_use_after_free_mib", "na"))))
+            L.append("| %s | %s |" % (wid, " | ".join(row)))
+        L.append("")
     L.append("## Details per workload\n")
     L.append("Medians over the successful runs; wall/user/sys and peak RSS come from the child's rusage "
              "(the whole process, start-up included), minor faults likewise.\n")
@@ -635,6 +768,14 @@ def main():
     if not allocs:
         log("bench: no allocator to run")
         return 2
+    absent = [w for w in workloads if not os.access(os.path.join(bindir, "bench_" + w[1]), os.X_OK)]
+    for w in absent:
+        if w[1] in OPTIONAL_PROGRAMS:
+            notes.append("%s skipped: bench_%s was not built (%s)" % (w[0], w[1], OPTIONAL_PROGRAMS[w[1]]))
+    workloads = [w for w in workloads if w not in absent or w[1] not in OPTIONAL_PROGRAMS]
+    if not workloads:
+        log("bench: no workload left to run; " + "; ".join(notes))
+        return 2
     missing = [w[1] for w in workloads if not os.access(os.path.join(bindir, "bench_" + w[1]), os.X_OK)]
     if missing:
         log("bench: missing programs in %s: %s (build with: cmake -S . -B build -G Ninja && ninja -C build)"
@@ -680,6 +821,11 @@ def main():
             notes.append("interrupted after %d of %d runs" % (len(runs), len(plan)))
     prog.finish()
 
+    if cross_check(runs):
+        for r in runs:
+            if not r["ok"] and r["reason"].startswith("checksum"):
+                log("bench: FAILED %s under %s: %s\n  command: %s" % (r["workload"], r["allocator"], r["reason"],
+                                                                     r["command"]))
     summ = summarise(runs, workloads, allocs)
     meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "mode": "quick" if args.quick else "full",
             "repeat": repeat, "host": host_info(), "bin_dir": bindir, "locus_lib": args.locus_lib,

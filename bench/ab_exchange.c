@@ -1,0 +1,82 @@
+/* Allocator-bound random exchange (t-test1 style, Valat, PhD thesis, 2014,
+ * Fig. 4.14): a shared table of --slots (4096) pointers; every thread mallocs a
+ * block of random size 8 B - 1 KiB (one word written at each end), swaps it
+ * into a random slot with one atomic exchange (no lock, no spinning) and
+ * checks and frees the block it displaced, which another thread allocated
+ * about half of the time with 2 threads.  At 1 thread the same loop is purely
+ * local.  What is left in the table is freed after the timed region.  Metric:
+ * operations per second over all threads, one operation = one malloc + one
+ * free. */
+#include "common.h"
+
+typedef struct {
+    int id;
+    long ops;
+    size_t nslots, lo, hi;
+    _Atomic(void *) *slots;
+    uint64_t seed, asum, fsum;
+    pthread_barrier_t *start, *end;
+} arg_t;
+
+static void *worker(void *vp) {
+    arg_t *a = (arg_t *)vp;
+    rng_t r = rng_seed(a->seed + (uint64_t)a->id * 1000003);
+    uint64_t tag = (uint64_t)a->id << 40, asum = 0, fsum = 0;
+    size_t mask = a->nslots - 1;
+    pthread_barrier_wait(a->start);
+    for (long k = 0; k < a->ops; k++) {
+        uint64_t x = rng_next(&r);
+        void *p = ab_alloc(ab_size(x, a->lo, a->hi), tag++, &asum);
+        void *old = atomic_exchange_explicit(&a->slots[x & mask], p, memory_order_acq_rel);
+        if (old) ab_free(old, &fsum, "ab_exchange");
+    }
+    pthread_barrier_wait(a->end);
+    a->asum = asum;
+    a->fsum = fsum;
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    bench_args_t a = bench_parse(argc, argv, "ab_exchange");
+    size_t nslots = (size_t)bench_opt_u64(&a, "--slots", 4096);
+    long ops = (long)bench_opt_u64(&a, "--ops", a.quick ? 300000 : 5000000);
+    size_t lo = (size_t)bench_opt_u64(&a, "--min", 8), hi = (size_t)bench_opt_u64(&a, "--max", 1024);
+    if (nslots & (nslots - 1)) bench_usage_exit("--slots must be a power of two");
+    if (lo < 8 || hi < lo || hi > 65535) bench_usage_exit("sizes must satisfy 8 <= --min <= --max <= 65535");
+    char name[64];
+    snprintf(name, sizeof name, "ab_exchange_%dt", a.threads);
+    bench_name = name;
+    _Atomic(void *) *slots = (_Atomic(void *) *)bench_xmalloc(nslots * sizeof *slots);
+    for (size_t i = 0; i < nslots; i++) atomic_init(&slots[i], NULL);
+    pthread_t th[a.threads];
+    arg_t args[a.threads];
+    pthread_barrier_t start, end;
+    pthread_barrier_init(&start, NULL, (unsigned)a.threads + 1);
+    pthread_barrier_init(&end, NULL, (unsigned)a.threads + 1);
+    for (int t = 0; t < a.threads; t++) {
+        args[t] = (arg_t){t, ops, nslots, lo, hi, slots, a.seed, 0, 0, &start, &end};
+        bench_spawn(&th[t], worker, &args[t]);
+    }
+    pthread_barrier_wait(&start);
+    double t0 = now_s(), c0 = cpu_s();
+    pthread_barrier_wait(&end);
+    double el = now_s() - t0, cpu = cpu_s() - c0;
+    uint64_t asum = 0, fsum = 0;
+    for (int t = 0; t < a.threads; t++) {
+        pthread_join(th[t], NULL);
+        asum += args[t].asum;
+        fsum += args[t].fsum;
+    }
+    for (size_t i = 0; i < nslots; i++) {
+        void *p = atomic_load(&slots[i]);
+        if (p) ab_free(p, &fsum, "ab_exchange final");
+    }
+    free(slots);
+    ab_verify(asum, fsum);
+    double total = (double)ops * a.threads;
+    bench_result(name, "throughput", total / el, "ops/s", "higher",
+                 "threads=%d ops=%.0f slots=%zu min=%zu max=%zu time_s=%.4f cpu_s=%.4f cpu_ops_per_s=%.4g "
+                 "peak_rss_kib=%ld checksum=%016" PRIx64,
+                 a.threads, total, nslots, lo, hi, el, cpu, total / cpu, bench_peak_rss_kib(), asum);
+    return 0;
+}
