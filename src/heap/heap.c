@@ -110,10 +110,15 @@ heap_t *heap_get_slow(void) {
   lock_release(&heaps_lock);
   locus_tls_heap = h;
   if (exit_key_ok) pthread_setspecific(exit_key, h);    /* after the TLS store: may call calloc */
-  heap_drain_remote(h);
-  small_unpark(h);
-  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) heap_drain_remote(h->placed[i]), small_unpark(h->placed[i]);
+  heap_t *all[PLACE_INTERLEAVE + 2] = {h};
+  for (int i = 0; i <= PLACE_INTERLEAVE; i++) all[i + 1] = h->placed[i];
+  for (int i = 0; i < PLACE_INTERLEAVE + 2; i++) {
+    if (!all[i]) continue;
+    heap_drain_remote(all[i]);
+    lock_acquire(&all[i]->lock);
+    small_unpark(all[i]);
+    lock_release(&all[i]->lock);
+  }
   return h;
 }
 
@@ -170,23 +175,34 @@ void heap_drain_remote(heap_t *h) {
     medium_free_local(h, c, b);
     b = next;
   }
-  if (n) heap_stat_add(&h->st_remote_frees, n);
+  if (n) heap_stat_add_shared(&h->st_remote_frees, n);
 }
 
 /* Empty chunks go back to the source; the heap keeps one standard-size spare
  * so that a thread oscillating around a chunk boundary does not map and unmap. */
-void heap_chunk_release(heap_t *h, chunk_t *c) {
+static void chunk_unlink(heap_t *h, chunk_t *c) {
   chunk_t **list = c->r.kind == REGION_SMALL ? &h->small_chunks : &h->medium_chunks;
   if (c->prev) c->prev->next = c->next;
   else *list = c->next;
   if (c->next) c->next->prev = c->prev;
   c->next = c->prev = NULL;
-  heap_stat_add(&h->st_chunk_bytes, -c->r.size);
+  heap_stat_add_shared(&h->st_chunk_bytes, -c->r.size);
+}
+
+void heap_chunk_release(heap_t *h, chunk_t *c) {
+  chunk_unlink(h, c);
   if (h->hot == (uintptr_t)c) h->hot = HOT_NONE;
   if (!h->spare && c->r.size == CHUNK_SIZE && h->state == HEAP_LIVE) {
     h->spare = c;
     return;
   }
+  registry_remove(&c->r);
+  source_free(&c->r);
+}
+
+void heap_chunk_drop(heap_t *h, chunk_t *c) {
+  LOCUS_ASSERT(h->hot != (uintptr_t)c);
+  chunk_unlink(h, c);
   registry_remove(&c->r);
   source_free(&c->r);
 }
@@ -205,7 +221,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
     c->r.zeroed = false;               /* it served blocks before */
   } else {
     /* Before new memory: what exited threads' heaps got back may be enough. */
-    heaps_collect_orphans();
+    heaps_collect_orphans(false);     /* h->lock may be held: never wait for heaps_lock */
     c = (chunk_t *)source_alloc(heap_source(h), size, SRC_EXACT);
     if (!c) return NULL;
     c->r.node = (uint8_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
@@ -217,7 +233,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
     return NULL;
   }
   c->next = c->prev = NULL;
-  heap_stat_add(&h->st_chunk_bytes, size);
+  heap_stat_add_shared(&h->st_chunk_bytes, size);
   if (kind == REGION_SMALL) {
     c->free_runs = ~(uint64_t)1;       /* run 0 holds this header */
     memset(c->runs, 0, sizeof c->runs);  /* RUN_FREE, capacity 0: no pointer is valid yet */
@@ -233,7 +249,9 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
 
 void heap_collect(heap_t *h) {
   heap_drain_remote(h);
+  lock_acquire(&h->lock);
   small_collect_all(h, h->state != HEAP_LIVE);
+  lock_release(&h->lock);
   heap_debug_tick(h);
   if (h->spare) {
     chunk_t *c = h->spare;
@@ -274,9 +292,10 @@ static bool heap_has_remote(heap_t *h) {
 /* Takes back what other threads freed into orphaned heaps (exited threads):
  * their empty runs and chunks go back to the sources. Holding heaps_lock
  * makes the caller the orphans' only user (adoption takes them under it). */
-void heaps_collect_orphans(void) {
+void heaps_collect_orphans(bool wait) {
   if (!atomic_load_explicit((_Atomic(heap_t *) *)&orphans, memory_order_relaxed)) return;
-  lock_acquire(&heaps_lock);
+  if (wait) lock_acquire(&heaps_lock);
+  else if (!lock_try(&heaps_lock)) return;
   for (heap_t *h = orphans; h; h = h->next_orphan) {
     if (heap_has_remote(h)) heap_collect(h);
     for (int i = 0; i <= PLACE_INTERLEAVE; i++)
@@ -305,9 +324,19 @@ void heaps_counts(size_t *live, size_t *orphaned) {
  * been mid-update, so they are never used again (DEAD): frees of their blocks
  * still go to their stacks, which nobody drains. Orphans are consistent and
  * stay adoptable. */
-static void heaps_fork_prepare(void) { lock_acquire(&heaps_lock); }
-static void heaps_fork_parent(void) { lock_release(&heaps_lock); }
+/* Every heap's lock is taken too: a remote free may be retiring a run of
+ * any heap (small_free_last), and the child must not inherit a half-done
+ * update or a lock held by a thread it does not have. */
+static void heaps_fork_prepare(void) {
+  lock_acquire(&heaps_lock);
+  for (heap_t *h = all_heaps; h; h = h->next_all) lock_acquire(&h->lock);
+}
+static void heaps_fork_parent(void) {
+  for (heap_t *h = all_heaps; h; h = h->next_all) lock_release(&h->lock);
+  lock_release(&heaps_lock);
+}
 static void heaps_fork_child(void) {
+  for (heap_t *h = all_heaps; h; h = h->next_all) lock_release(&h->lock);
   heap_t *self = locus_tls_heap;
   for (heap_t *h = all_heaps; h; h = h->next_all)
     if (h->main != self && h->state == HEAP_LIVE) h->state = HEAP_DEAD;

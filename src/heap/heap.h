@@ -7,6 +7,7 @@
 #include "registry/registry.h"
 #include "source/source.h"
 #include "types.h"
+#include "util/lock.h"
 
 #define RUN_SHIFT 16
 #define RUN_SIZE ((size_t)1 << RUN_SHIFT)
@@ -93,6 +94,9 @@ typedef struct heap_s {
   run_t *partial_tail[NUM_CLASSES];
   _Atomic(void *) remote;      /* MPSC stack of medium blocks freed by other threads */
   _Atomic(run_t *) notify;     /* MPSC stack of full runs that got a remote free */
+  lock_t lock;                 /* small-run lists, chunk list, notify draining: the owner's slow
+                                  paths hold it; a remote free that empties a run takes it (try
+                                  only) to give the run back without the owner */
   struct heap_s *main;         /* the main heap whose thread owns this one (itself for a main heap):
                                   beside `remote`, which a remote free touches anyway */
   int place;                   /* PLACE_MAIN, a node id, or PLACE_INTERLEAVE */
@@ -118,6 +122,10 @@ typedef struct heap_s {
 
 static inline void heap_stat_add(atomic_size_t *c, size_t n) {
   atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
+}
+/* For the counters that a remote free emptying a run also changes. */
+static inline void heap_stat_add_shared(atomic_size_t *c, size_t n) {
+  atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
 void heaps_report(void (*line)(void *, const heap_t *), void *ctx);
 
@@ -158,10 +166,13 @@ void heap_drain_remote(heap_t *h);
 /* malloc's paths on a given heap (api/malloc.c). */
 void *heap_malloc(heap_t *h, size_t size);
 void heap_collect(heap_t *h);
-/* Collects orphaned heaps that other threads freed into (any thread may call). */
-void heaps_collect_orphans(void);
+/* Collects orphaned heaps that other threads freed into (any thread may
+ * call); without `wait`, only if the heap list's lock is free at once. */
+void heaps_collect_orphans(bool wait);
 chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind);
 void heap_chunk_release(heap_t *h, chunk_t *c);
+/* Unlinks an empty chunk and gives it to the source (no spare); h->lock held. */
+void heap_chunk_drop(heap_t *h, chunk_t *c);
 void heaps_counts(size_t *live, size_t *orphaned);
 /* Checks every invariant of h (runs, free lists, medium blocks and bins,
  * registry entries of its chunks); aborts naming the first violation. Only
@@ -190,6 +201,7 @@ static ALWAYS_INLINE unsigned size_class(size_t size) {
 void *small_alloc_slow(heap_t *h, unsigned cls);
 void small_free_update(heap_t *h, chunk_t *c, run_t *run);
 void small_notify(heap_t *owner, run_t *run);
+void small_free_last(heap_t *owner, run_t *run, void *p);
 /* Owner side: moves thread_free onto `free`; returns the blocks taken. */
 size_t small_collect(heap_t *h, chunk_t *c, run_t *run);
 /* Owner side: takes back what other threads freed into h's small runs,
@@ -213,6 +225,15 @@ static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) 
   void **b = p;
   b[1] = (void *)block_tag(b);
   uintptr_t old = atomic_load_explicit(&run->thread_free, memory_order_relaxed), nw;
+  /* This free may empty the run (all its other handed-out blocks are on
+   * thread_free): then the run can go back without the owner (idle threads
+   * of an OpenMP pool never allocate again). Our block keeps the run alive
+   * until pushed, so reading `used` here is safe; the check is redone under
+   * the owner's lock. */
+  if (unlikely(((old & TF_COUNT_MASK) >> TF_COUNT_SHIFT) + 1 == run->used)) {
+    small_free_last(owner, run, p);
+    return;
+  }
   for (;;) {
     if (unlikely(old & TF_NOTIFYING)) {   /* another thread is telling the owner: a few cycles */
       arch_pause();

@@ -164,7 +164,7 @@ size_t small_collect(heap_t *h, chunk_t *c, run_t *run) {
   last[0] = run->free;
   run->free = head;
   run->used = (uint16_t)(run->used - n);
-  heap_stat_add(&h->st_remote_frees, n);
+  heap_stat_add_shared(&h->st_remote_frees, n);
   return n;
 }
 
@@ -237,12 +237,7 @@ static bool run_mark_full(heap_t *h, chunk_t *c, run_t *run) {
   }
 }
 
-void *small_alloc_slow(heap_t *h, unsigned cls) {
-  if (unlikely(h == &locus_oom_heap)) {     /* no heap yet: the OS may have memory now */
-    h = heap_get_slow();
-    if (h == &locus_oom_heap) return NULL;
-  }
-  heap_debug_tick(h);
+static void *alloc_slow_locked(heap_t *h, unsigned cls) {
   run_t *run = h->cur[cls];
   if (run != &locus_empty_run) {
     chunk_t *c = run_chunk(run);
@@ -266,9 +261,21 @@ void *small_alloc_slow(heap_t *h, unsigned cls) {
   return run_pop(run);
 }
 
+void *small_alloc_slow(heap_t *h, unsigned cls) {
+  if (unlikely(h == &locus_oom_heap)) {     /* no heap yet: the OS may have memory now */
+    h = heap_get_slow();
+    if (h == &locus_oom_heap) return NULL;
+  }
+  heap_debug_tick(h);
+  lock_acquire(&h->lock);
+  void *p = alloc_slow_locked(h, cls);
+  lock_release(&h->lock);
+  return p;
+}
+
 /* Retires an empty run that is not current; its chunk goes back when all of
  * its runs are unused. */
-static void small_run_retire(heap_t *h, chunk_t *c, run_t *run) {
+static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
   LOCUS_ASSERT(run->used == 0 && h->cur[run->cls] != run);
   /* A remote free may still be pushing the run on the notify stack: wait for
    * it, then empty the stack, so that nothing points to the slot. */
@@ -289,7 +296,9 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run) {
     h->small_chunks = c;
   }
   c->free_runs |= (uint64_t)1 << i;
-  if (c->free_runs == ~(uint64_t)1) heap_chunk_release(h, c);
+  if (c->free_runs != ~(uint64_t)1) return;
+  if (owner) heap_chunk_release(h, c);
+  else if (h->hot != (uintptr_t)c) heap_chunk_drop(h, c);   /* the owner's free path reads hot */
 }
 
 /* Ends a run's full period: back on the partial list; a notification still
@@ -306,8 +315,49 @@ static void run_unfull(heap_t *h, run_t *run) {
 
 /* Rare cases of a local free: the run was full, or became empty. */
 NOINLINE void small_free_update(heap_t *h, chunk_t *c, run_t *run) {
+  lock_acquire(&h->lock);
   if (run->state == RUN_FULL) run_unfull(h, run);
-  if (run->used == 0 && h->cur[run->cls] != run) small_run_retire(h, c, run);
+  if (run->used == 0 && h->cur[run->cls] != run) small_run_retire(h, c, run, true);
+  lock_release(&h->lock);
+}
+
+/* A remote free that may be the run's last handed-out block (see
+ * small_free_remote). With the owner's lock, the run is checked again: not
+ * current (the owner's malloc pops only there without the lock), every
+ * handed-out block on thread_free (so the owner holds none and cannot free
+ * into it): then the run is taken back and retired here, and its chunk goes
+ * to the source when it was the last run (unless it is the owner's hot
+ * chunk, which the owner's free path reads without the lock). */
+NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
+  /* Waiting is short: the lock is held only by the owner's slow path and by
+   * other frees like this one, once per emptied run. */
+  bool locked = owner->state != HEAP_DEAD;
+  if (locked) lock_acquire(&owner->lock);
+  void **b = p;
+  b[1] = (void *)block_tag(b);
+  uintptr_t old = atomic_load_explicit(&run->thread_free, memory_order_relaxed), nw;
+  for (;;) {
+    if (old & TF_NOTIFYING) {
+      arch_pause();
+      old = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
+      continue;
+    }
+    b[0] = (void *)(old & TF_PTR_MASK);
+    nw = (uintptr_t)b | ((old & TF_COUNT_MASK) + TF_COUNT_ONE) | ((old & TF_FULL) ? TF_NOTIFYING : 0);
+    if (atomic_compare_exchange_weak_explicit(&run->thread_free, &old, nw, memory_order_acq_rel,
+                                              memory_order_relaxed))
+      break;
+  }
+  if (nw & TF_NOTIFYING) small_notify(owner, run);
+  if (!locked) return;
+  uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
+  if (run->state != RUN_FREE && owner->cur[run->cls] != run &&
+      ((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT) == run->used) {
+    chunk_t *c = run_chunk(run);
+    small_collect(owner, c, run);
+    if (run->used == 0) small_run_retire(owner, c, run, false);
+  }
+  lock_release(&owner->lock);
 }
 
 /* One run at collection: remote frees taken back; empty and not current:
@@ -316,7 +366,7 @@ static bool collect_run(heap_t *h, chunk_t *c, run_t *run, bool park) {
   small_collect(h, c, run);
   if (run->used == 0) {
     if (h->cur[run->cls] == run) h->cur[run->cls] = &locus_empty_run;
-    small_run_retire(h, c, run);
+    small_run_retire(h, c, run, true);
     return true;
   }
   if (!park || run->state == RUN_FULL) return false;
@@ -325,7 +375,7 @@ static bool collect_run(heap_t *h, chunk_t *c, run_t *run, bool park) {
   while (run_mark_full(h, c, run)) {   /* took new remote frees */
     if (run->used == 0) {
       run->state = RUN_FULL;           /* on no list */
-      small_run_retire(h, c, run);
+      small_run_retire(h, c, run, true);
       return true;
     }
   }
