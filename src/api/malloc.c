@@ -29,7 +29,7 @@ static ALWAYS_INLINE void *small_alloc(heap_t *h, unsigned cls) {
   void **b = run->free;
   if (likely(b)) {
     run->free = b[0];
-    run->used++;
+    run_used_set(run, run->used + 1u);
     b[1] = NULL;                       /* clears the freed-block tag */
     return b;
   }

@@ -198,6 +198,13 @@ void small_init(void);
 static ALWAYS_INLINE unsigned size_class(size_t size) {
   return locus_class_of16[(size + 15) >> 4];
 }
+/* `used` is written by the owner only, but read by remote frees (the
+ * "last block" check): relaxed atomic accesses, plain moves on the
+ * machine, and no data race for the thread sanitizer. */
+static ALWAYS_INLINE unsigned run_used(const run_t *run) { return __atomic_load_n(&run->used, __ATOMIC_RELAXED); }
+static ALWAYS_INLINE void run_used_set(run_t *run, unsigned v) {
+  __atomic_store_n(&run->used, (uint16_t)v, __ATOMIC_RELAXED);
+}
 void *small_alloc_slow(heap_t *h, unsigned cls);
 void small_free_update(heap_t *h, chunk_t *c, run_t *run);
 void small_notify(heap_t *owner, run_t *run);
@@ -217,7 +224,9 @@ static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, vo
   b[0] = run->free;
   b[1] = (void *)block_tag(b);
   run->free = b;
-  if (unlikely(--run->used == 0 || run->state == RUN_FULL)) small_free_update(h, c, run);
+  unsigned used = run->used - 1u;
+  run_used_set(run, used);
+  if (unlikely(used == 0 || run->state == RUN_FULL)) small_free_update(h, c, run);
 }
 /* Another thread's free: one CAS on the run's thread_free, none on the heap,
  * except the first free into a full run, which tells the owner (small_notify). */
@@ -230,7 +239,7 @@ static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) 
    * of an OpenMP pool never allocate again). Our block keeps the run alive
    * until pushed, so reading `used` here is safe; the check is redone under
    * the owner's lock. */
-  if (unlikely(((old & TF_COUNT_MASK) >> TF_COUNT_SHIFT) + 1 == run->used)) {
+  if (unlikely(((old & TF_COUNT_MASK) >> TF_COUNT_SHIFT) + 1 == run_used(run))) {
     small_free_last(owner, run, p);
     return;
   }

@@ -39,7 +39,7 @@ void small_init(void) {
 static void run_init(run_t *run, unsigned cls) {
   uint32_t bs = locus_class_size[cls];
   run->free = NULL;
-  run->used = 0;
+  run_used_set(run, 0);
   run->carved = 0;
   run->capacity = (uint16_t)(RUN_SIZE / bs);
   run->cls = (uint8_t)cls;
@@ -121,7 +121,7 @@ static inline void *run_pop(run_t *run) {
   LOCUS_ASSERT(run->state == RUN_ACTIVE && run->used < run->carved && run->carved <= run->capacity);
   void **b = run->free;
   run->free = *b;
-  run->used++;
+  run_used_set(run, run->used + 1u);
   b[1] = NULL;
   return b;
 }
@@ -163,7 +163,7 @@ size_t small_collect(heap_t *h, chunk_t *c, run_t *run) {
   last[1] = (void *)block_tag(last);
   last[0] = run->free;
   run->free = head;
-  run->used = (uint16_t)(run->used - n);
+  run_used_set(run, run->used - (unsigned)n);
   heap_stat_add_shared(&h->st_remote_frees, n);
   return n;
 }
@@ -352,7 +352,7 @@ NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
   if (!locked) return;
   uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
   if (run->state != RUN_FREE && owner->cur[run->cls] != run &&
-      ((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT) == run->used) {
+      ((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT) == run_used(run)) {
     chunk_t *c = run_chunk(run);
     small_collect(owner, c, run);
     if (run->used == 0) small_run_retire(owner, c, run, false);
