@@ -144,6 +144,13 @@ static NOINLINE void free_other(void *p, region_t *r, const char *fn) {
               (unsigned)r->kind);
 }
 
+/* Out of line: keeps the local fast path free of callee-saved registers. */
+static NOINLINE void free_small_remote(chunk_t *c, void *p, const char *fn) {
+  size_t idx;
+  run_t *run = small_check(c, p, fn, &idx);
+  small_free_remote(c->r.heap, run, p);
+}
+
 static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const char *fn) {
   size_t idx;
   run_t *run = small_check(c, p, fn, &idx);
@@ -168,9 +175,7 @@ static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
     } else if (c->r.heap->main == h) {   /* a placed sub-heap of this thread */
       free_small_local(c->r.heap, c, p, fn);
     } else {
-      size_t idx;
-      run_t *run = small_check(c, p, fn, &idx);
-      small_free_remote(c->r.heap, run, p);
+      free_small_remote(c, p, fn);
     }
     return;
   }

@@ -115,9 +115,9 @@ heap_t *heap_get_slow(void) {
   for (int i = 0; i < PLACE_INTERLEAVE + 2; i++) {
     if (!all[i]) continue;
     heap_drain_remote(all[i]);
-    lock_acquire(&all[i]->lock);
+    heap_lock(all[i]);
     small_unpark(all[i]);
-    lock_release(&all[i]->lock);
+    heap_unlock(all[i]);
   }
   return h;
 }
@@ -249,9 +249,9 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
 
 void heap_collect(heap_t *h) {
   heap_drain_remote(h);
-  lock_acquire(&h->lock);
+  heap_lock(h);
   small_collect_all(h, h->state != HEAP_LIVE);
-  lock_release(&h->lock);
+  heap_unlock(h);
   heap_debug_tick(h);
   if (h->spare) {
     chunk_t *c = h->spare;
@@ -329,14 +329,14 @@ void heaps_counts(size_t *live, size_t *orphaned) {
  * update or a lock held by a thread it does not have. */
 static void heaps_fork_prepare(void) {
   lock_acquire(&heaps_lock);
-  for (heap_t *h = all_heaps; h; h = h->next_all) lock_acquire(&h->lock);
+  for (heap_t *h = all_heaps; h; h = h->next_all) heap_lock(h);
 }
 static void heaps_fork_parent(void) {
-  for (heap_t *h = all_heaps; h; h = h->next_all) lock_release(&h->lock);
+  for (heap_t *h = all_heaps; h; h = h->next_all) heap_unlock(h);
   lock_release(&heaps_lock);
 }
 static void heaps_fork_child(void) {
-  for (heap_t *h = all_heaps; h; h = h->next_all) lock_release(&h->lock);
+  for (heap_t *h = all_heaps; h; h = h->next_all) heap_unlock(h);
   heap_t *self = locus_tls_heap;
   for (heap_t *h = all_heaps; h; h = h->next_all)
     if (h->main != self && h->state == HEAP_LIVE) h->state = HEAP_DEAD;

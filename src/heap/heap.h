@@ -120,6 +120,11 @@ typedef struct heap_s {
   atomic_size_t st_remote_frees;   /* blocks freed by other threads, drained */
 } heap_t;
 
+/* The heap lock: uncontended almost always (one CAS inline). */
+static ALWAYS_INLINE void heap_lock(heap_t *h) {
+  if (unlikely(!lock_try(&h->lock))) lock_acquire(&h->lock);
+}
+static ALWAYS_INLINE void heap_unlock(heap_t *h) { lock_release(&h->lock); }
 static inline void heap_stat_add(atomic_size_t *c, size_t n) {
   atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
 }

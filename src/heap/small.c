@@ -200,7 +200,8 @@ NOINLINE void small_notify(heap_t *owner, run_t *run) {
  * run. False when the run is used up. */
 static bool run_refill(heap_t *h, chunk_t *c, run_t *run) {
   if (run->free) return true;
-  if (small_collect(h, c, run)) return true;
+  if ((atomic_load_explicit(&run->thread_free, memory_order_relaxed) & TF_COUNT_MASK) && small_collect(h, c, run))
+    return true;
   if (run->carved < run->capacity) {
     run_extend(c, run);
     return true;
@@ -267,9 +268,9 @@ void *small_alloc_slow(heap_t *h, unsigned cls) {
     if (h == &locus_oom_heap) return NULL;
   }
   heap_debug_tick(h);
-  lock_acquire(&h->lock);
+  heap_lock(h);
   void *p = alloc_slow_locked(h, cls);
-  lock_release(&h->lock);
+  heap_unlock(h);
   return p;
 }
 
@@ -315,10 +316,10 @@ static void run_unfull(heap_t *h, run_t *run) {
 
 /* Rare cases of a local free: the run was full, or became empty. */
 NOINLINE void small_free_update(heap_t *h, chunk_t *c, run_t *run) {
-  lock_acquire(&h->lock);
+  heap_lock(h);
   if (run->state == RUN_FULL) run_unfull(h, run);
   if (run->used == 0 && h->cur[run->cls] != run) small_run_retire(h, c, run, true);
-  lock_release(&h->lock);
+  heap_unlock(h);
 }
 
 /* A remote free that may be the run's last handed-out block (see
@@ -332,7 +333,7 @@ NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
   /* Waiting is short: the lock is held only by the owner's slow path and by
    * other frees like this one, once per emptied run. */
   bool locked = owner->state != HEAP_DEAD;
-  if (locked) lock_acquire(&owner->lock);
+  if (locked) heap_lock(owner);
   void **b = p;
   b[1] = (void *)block_tag(b);
   uintptr_t old = atomic_load_explicit(&run->thread_free, memory_order_relaxed), nw;
@@ -357,7 +358,7 @@ NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
     small_collect(owner, c, run);
     if (run->used == 0) small_run_retire(owner, c, run, false);
   }
-  lock_release(&owner->lock);
+  heap_unlock(owner);
 }
 
 /* One run at collection: remote frees taken back; empty and not current:

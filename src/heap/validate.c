@@ -128,9 +128,9 @@ static void check_medium(heap_t *h) {
 
 void heap_validate(heap_t *h) {
   if (h == &locus_oom_heap) return;
-  lock_acquire(&h->lock);              /* a remote free may retire a run meanwhile */
+  heap_lock(h);              /* a remote free may retire a run meanwhile */
   check_small(h);
-  lock_release(&h->lock);
+  heap_unlock(h);
   check_medium(h);
   if (h->spare && registry_lookup(h->spare) != &h->spare->r) FAIL("spare chunk %p is not recorded", h->spare);
 }
