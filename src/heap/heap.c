@@ -296,10 +296,13 @@ void heaps_collect_orphans(bool wait) {
   if (!atomic_load_explicit((_Atomic(heap_t *) *)&orphans, memory_order_relaxed)) return;
   if (wait) lock_acquire(&heaps_lock);
   else if (!lock_try(&heaps_lock)) return;
+  /* On request (wait: locus_release/locus_collect) every orphan is walked:
+   * runs emptied by remote frees leave no trace on the stacks, and a chunk
+   * they could not return (the orphan's hot chunk) goes back here. */
   for (heap_t *h = orphans; h; h = h->next_orphan) {
-    if (heap_has_remote(h)) heap_collect(h);
+    if (wait || heap_has_remote(h)) heap_collect(h);
     for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-      if (h->placed[i] && heap_has_remote(h->placed[i])) heap_collect(h->placed[i]);
+      if (h->placed[i] && (wait || heap_has_remote(h->placed[i]))) heap_collect(h->placed[i]);
   }
   lock_release(&heaps_lock);
 }

@@ -389,6 +389,11 @@ void small_collect_all(heap_t *h, bool park) {
   while (c) {
     chunk_t *next = c->next;           /* c may go back to the source */
     uint64_t live = ~c->free_runs & ~(uint64_t)1;
+    if (!live) {                       /* emptied by remote frees while it was hot */
+      heap_chunk_release(h, c);
+      c = next;
+      continue;
+    }
     while (live) {
       unsigned i = (unsigned)__builtin_ctzll(live);
       live &= live - 1;
