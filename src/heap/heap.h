@@ -209,7 +209,14 @@ static ALWAYS_INLINE unsigned size_class(size_t size) {
  * turns a relaxed atomic 16-bit increment into four instructions instead of
  * one), except under the thread sanitizer, which must see atomics. */
 static ALWAYS_INLINE unsigned run_used(const run_t *run) { return __atomic_load_n(&run->used, __ATOMIC_RELAXED); }
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__)      /* GCC */
+#define LOCUS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)   /* clang */
+#define LOCUS_TSAN 1
+#endif
+#endif
+#ifdef LOCUS_TSAN
 static ALWAYS_INLINE void run_used_set(run_t *run, unsigned v) {
   __atomic_store_n(&run->used, (uint16_t)v, __ATOMIC_RELAXED);
 }
