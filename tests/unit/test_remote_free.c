@@ -3,11 +3,14 @@
  *   another thread and locus_release() runs (orphans are collected);
  * - a full run that other threads empty serves its owner again (the notify
  *   stack), so a producer whose blocks a consumer frees does not grow;
+ * - a live thread that stops allocating gets its runs back to the source
+ *   when another thread frees their blocks (no locus call, no owner help);
  * - a block pushed twice on a run's thread_free (what two threads freeing it
  *   at the same moment produce) is reported as a double free when its owner
  *   takes the list back: the walk is bounded, no cycle is followed. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -96,6 +99,45 @@ static void test_producer_reuses(void) {
   CHECK(locus_heap_check() == 0, "heap check");
 }
 
+/* ---- an idle owner: its remotely emptied runs go back without it */
+#define IDLE_N 300000
+static void *idle_blocks[IDLE_N];
+static sem_t idle_done, idle_quit;
+
+static void *idle_owner(void *arg) {
+  uint64_t s = 12345;
+  for (size_t i = 0; i < IDLE_N; i++) {
+    s = s * 6364136223846793005u + 1442695040888963407u;
+    idle_blocks[i] = malloc(64 + (s >> 33) % 961);
+    CHECK(idle_blocks[i], "malloc");
+    *(size_t *)idle_blocks[i] = i;
+  }
+  sem_post(&idle_done);
+  sem_wait(&idle_quit);     /* alive, never allocating again: an OpenMP pool thread */
+  return arg;
+}
+
+static void test_idle_owner(void) {
+  sem_init(&idle_done, 0, 0);
+  sem_init(&idle_quit, 0, 0);
+  size_t use0 = in_use();
+  pthread_t t;
+  pthread_create(&t, NULL, idle_owner, NULL);
+  sem_wait(&idle_done);
+  size_t use1 = in_use();
+  for (size_t i = 0; i < IDLE_N; i++) {
+    CHECK(*(size_t *)idle_blocks[i] == i, "block %zu corrupted", i);
+    free(idle_blocks[i]);
+  }
+  size_t use2 = in_use();
+  printf("idle owner: in use %zu -> %zu -> %zu KiB\n", use0 >> 10, use1 >> 10, use2 >> 10);
+  /* What stays: the owner's current runs and the chunks they lie in. */
+  CHECK(use2 - use0 <= (use1 - use0) / 3, "only %zu of %zu KiB came back without the owner",
+        (use1 - use2) >> 10, (use1 - use0) >> 10);
+  sem_post(&idle_quit);
+  pthread_join(t, NULL);
+}
+
 /* ---- a block on thread_free twice: reported, not followed */
 typedef struct { heap_t *owner; run_t *run; void *p; } push_arg_t;
 static void *push_twice(void *arg) {
@@ -142,6 +184,7 @@ static void test_double_push_reported(void) {
 int main(void) {
   test_double_push_reported();
   test_producer_reuses();
+  test_idle_owner();
   test_orphan_release();
   return TEST_DONE();
 }
