@@ -75,9 +75,9 @@ static heap_t *heap_new_locked(void) {
 static void heap_bind_thread(heap_t *h, int node) {
   h->tid = os_gettid();
   h->node = node;
-  h->state = HEAP_LIVE;
+  heap_set_state(h, HEAP_LIVE);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) h->placed[i]->tid = h->tid, h->placed[i]->state = HEAP_LIVE;
+    if (h->placed[i]) h->placed[i]->tid = h->tid, heap_set_state(h->placed[i], HEAP_LIVE);
 }
 
 static void heap_abandon(void *arg);
@@ -134,7 +134,7 @@ heap_t *heap_placed(heap_t *h, int place) {
     sub->node = place == PLACE_INTERLEAVE ? -1 : place;
     sub->source = place == PLACE_INTERLEAVE ? source_interleave() : source_of_node(place);
     sub->tid = h->tid;
-    sub->state = h->state;
+    heap_set_state(sub, h->state);
     h->placed[place] = sub;
   }
   lock_release(&heaps_lock);
@@ -269,10 +269,10 @@ static void heap_abandon(void *arg) {
   if (!h || locus_tls_heap != h) return;
   locus_tls_heap = NULL;
   lock_acquire(&heaps_lock);
-  h->state = HEAP_ORPHAN;
+  heap_set_state(h, HEAP_ORPHAN);
   h->tid = 0;
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) h->placed[i]->state = HEAP_ORPHAN, h->placed[i]->tid = 0;
+    if (h->placed[i]) heap_set_state(h->placed[i], HEAP_ORPHAN), h->placed[i]->tid = 0;
   /* Parked under the lock, as a collector of orphans would: the heap is
    * nobody's now. (A later destructor of this thread gets another heap.) */
   heap_collect(h);
@@ -342,7 +342,7 @@ static void heaps_fork_child(void) {
   for (heap_t *h = all_heaps; h; h = h->next_all) heap_unlock(h);
   heap_t *self = locus_tls_heap;
   for (heap_t *h = all_heaps; h; h = h->next_all)
-    if (h->main != self && h->state == HEAP_LIVE) h->state = HEAP_DEAD;
+    if (h->main != self && h->state == HEAP_LIVE) heap_set_state(h, HEAP_DEAD);
   if (self) self->tid = os_gettid();
   lock_release(&heaps_lock);
 }

@@ -120,6 +120,10 @@ typedef struct heap_s {
   atomic_size_t st_remote_frees;   /* blocks freed by other threads, drained */
 } heap_t;
 
+/* A heap's state is written under heaps_lock and read without it by a
+ * remote free (small_free_last): relaxed atomics. */
+static inline void heap_set_state(heap_t *h, int st) { __atomic_store_n(&h->state, st, __ATOMIC_RELAXED); }
+static inline int heap_state(const heap_t *h) { return __atomic_load_n(&h->state, __ATOMIC_RELAXED); }
 /* The heap lock: uncontended almost always (one CAS inline). */
 static ALWAYS_INLINE void heap_lock(heap_t *h) {
   if (unlikely(!lock_try(&h->lock))) lock_acquire(&h->lock);
@@ -204,11 +208,16 @@ static ALWAYS_INLINE unsigned size_class(size_t size) {
   return locus_class_of16[(size + 15) >> 4];
 }
 /* `used` is written by the owner only, but read by remote frees (the
- * "last block" check, which is redone under the owner's lock before it acts).
- * The read is a relaxed atomic load; the owner's stores are plain ones (GCC
- * turns a relaxed atomic 16-bit increment into four instructions instead of
- * one), except under the thread sanitizer, which must see atomics. */
-static ALWAYS_INLINE unsigned run_used(const run_t *run) { return __atomic_load_n(&run->used, __ATOMIC_RELAXED); }
+ * "last block" check, redone under the owner's lock before it acts, after
+ * which that thread retires the run: it writes fields the owner last wrote
+ * without the lock). The owner's stores are releases and the remote loads
+ * acquires, so those earlier owner writes happen before. A stale value can
+ * only be larger than the true one (the owner only decrements a run that is
+ * not current; a run leaves `cur[]` under the lock): the check then fails.
+ * On x86-64 a plain store after a compiler barrier is a release (GCC turns
+ * an atomic 16-bit decrement into four instructions instead of one); the
+ * thread sanitizer must see atomics. */
+static ALWAYS_INLINE unsigned run_used(const run_t *run) { return __atomic_load_n(&run->used, __ATOMIC_ACQUIRE); }
 #if defined(__SANITIZE_THREAD__)      /* GCC */
 #define LOCUS_TSAN 1
 #elif defined(__has_feature)
@@ -216,18 +225,24 @@ static ALWAYS_INLINE unsigned run_used(const run_t *run) { return __atomic_load_
 #define LOCUS_TSAN 1
 #endif
 #endif
-#ifdef LOCUS_TSAN
+#if defined(__x86_64__) && !defined(LOCUS_TSAN)
 static ALWAYS_INLINE void run_used_set(run_t *run, unsigned v) {
-  __atomic_store_n(&run->used, (uint16_t)v, __ATOMIC_RELAXED);
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  run->used = (uint16_t)v;
+}
+static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  return --run->used;
+}
+#else
+static ALWAYS_INLINE void run_used_set(run_t *run, unsigned v) {
+  __atomic_store_n(&run->used, (uint16_t)v, __ATOMIC_RELEASE);
 }
 static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
   unsigned v = run->used - 1u;
-  __atomic_store_n(&run->used, (uint16_t)v, __ATOMIC_RELAXED);
+  __atomic_store_n(&run->used, (uint16_t)v, __ATOMIC_RELEASE);
   return v;
 }
-#else
-static ALWAYS_INLINE void run_used_set(run_t *run, unsigned v) { run->used = (uint16_t)v; }
-static ALWAYS_INLINE unsigned run_used_dec(run_t *run) { return --run->used; }
 #endif
 void *small_alloc_slow(heap_t *h, unsigned cls);
 void small_free_update(heap_t *h, chunk_t *c, run_t *run);

@@ -136,7 +136,7 @@ static NOINLINE void tf_corrupt(run_t *run, void *b, const char *what) {
  * marked while walked: a block pushed twice (two threads freed it at the
  * same time; both passed the tag check before either pushed) is met again
  * marked, and reported as a double free instead of making a cycle. */
-size_t small_collect(heap_t *h, chunk_t *c, run_t *run) {
+static size_t collect_list(heap_t *h, chunk_t *c, run_t *run, bool splice) {
   uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
   do {
     if (!(tf & TF_COUNT_MASK)) return 0;
@@ -144,7 +144,7 @@ size_t small_collect(heap_t *h, chunk_t *c, run_t *run) {
                                                   memory_order_acquire, memory_order_relaxed));
   size_t n = (tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT;
   void **head = (void **)(tf & TF_PTR_MASK), **b = head, **last = NULL;
-  if (n > run->used) tf_corrupt(run, head, "double free (more blocks freed than handed out)");
+  if (n > run_used(run)) tf_corrupt(run, head, "double free (more blocks freed than handed out)");
   char *start = run_start(c, run);
   for (size_t i = 0; i < n; i++) {
     size_t off = (size_t)((char *)b - start);
@@ -161,12 +161,16 @@ size_t small_collect(heap_t *h, chunk_t *c, run_t *run) {
   if (b) tf_corrupt(run, b, "double free (remote free list longer than its count)");
   for (b = head; b != last; b = b[0]) b[1] = (void *)block_tag(b);
   last[1] = (void *)block_tag(last);
-  last[0] = run->free;
-  run->free = head;
-  run_used_set(run, run->used - (unsigned)n);
+  if (splice) {
+    last[0] = run->free;
+    run->free = head;
+  }
+  run_used_set(run, run_used(run) - (unsigned)n);
   heap_stat_add_shared(&h->st_remote_frees, n);
   return n;
 }
+
+size_t small_collect(heap_t *h, chunk_t *c, run_t *run) { return collect_list(h, c, run, true); }
 
 /* Full runs that got a remote free go back on the partial lists. A run is
  * on the stack at most once: it is pushed only by the free that turns
@@ -332,7 +336,7 @@ NOINLINE void small_free_update(heap_t *h, chunk_t *c, run_t *run) {
 NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
   /* Waiting is short: the lock is held only by the owner's slow path and by
    * other frees like this one, once per emptied run. */
-  bool locked = owner->state != HEAP_DEAD;
+  bool locked = heap_state(owner) != HEAP_DEAD;
   if (locked) heap_lock(owner);
   void **b = p;
   b[1] = (void *)block_tag(b);
@@ -354,8 +358,10 @@ NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
   uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
   if (run->state != RUN_FREE && owner->cur[run->cls] != run &&
       ((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT) == run_used(run)) {
+    /* Every block of the run is free: the list is checked (double frees)
+     * but need not be spliced: the retire drops the run's lists. */
     chunk_t *c = run_chunk(run);
-    small_collect(owner, c, run);
+    collect_list(owner, c, run, false);
     if (run->used == 0) small_run_retire(owner, c, run, false);
   }
   heap_unlock(owner);
