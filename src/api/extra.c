@@ -34,12 +34,16 @@ static void collect_all(heap_t *h) {
 LOCUS_EXPORT size_t locus_release(void) {
   locus_init();
   collect_all(locus_tls_heap);
+  heaps_collect_orphans(true);
   return source_release_all();
 }
 
 LOCUS_EXPORT size_t locus_cached_bytes(void) { return source_cached_total(); }
 
-LOCUS_EXPORT void locus_collect(void) { collect_all(locus_tls_heap); }
+LOCUS_EXPORT void locus_collect(void) {
+  collect_all(locus_tls_heap);
+  heaps_collect_orphans(true);
+}
 
 LOCUS_EXPORT int locus_heap_check(void) {
   locus_init();

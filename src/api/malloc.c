@@ -30,7 +30,7 @@ static ALWAYS_INLINE void *small_alloc(heap_t *h, unsigned cls) {
   void **b = run->free;
   if (likely(b)) {
     run->free = b[0];
-    run->used++;
+    run_used_set(run, run->used + 1u);
     b[1] = NULL;                       /* clears the freed-block tag */
     return b;
   }
@@ -97,7 +97,8 @@ LOCUS_EXPORT void *locus_calloc(size_t count, size_t size) {
 
 /* ---- free ------------------------------------------------------------------ */
 
-static ALWAYS_INLINE void remote_push(heap_t *owner, void *p) {
+/* A medium block freed by another thread: onto its heap's stack. */
+static void remote_push(heap_t *owner, void *p) {
   void **b = p;
   b[1] = (void *)block_tag(b);
   void *head = atomic_load_explicit(&owner->remote, memory_order_relaxed);
@@ -144,6 +145,13 @@ static NOINLINE void free_other(void *p, region_t *r, const char *fn) {
               (unsigned)r->kind);
 }
 
+/* Out of line: keeps the local fast path free of callee-saved registers. */
+static NOINLINE void free_small_remote(chunk_t *c, void *p, const char *fn) {
+  size_t idx;
+  run_t *run = small_check(c, p, fn, &idx);
+  small_free_remote(c->r.heap, run, p);
+}
+
 static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const char *fn) {
   size_t idx;
   run_t *run = small_check(c, p, fn, &idx);
@@ -168,9 +176,7 @@ static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
     } else if (c->r.heap->main == h) {   /* a placed sub-heap of this thread */
       free_small_local(c->r.heap, c, p, fn);
     } else {
-      size_t idx;
-      small_check(c, p, fn, &idx);
-      remote_push(c->r.heap, p);
+      free_small_remote(c, p, fn);
     }
     return;
   }

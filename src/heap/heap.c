@@ -1,10 +1,14 @@
 /* Heap lifecycle (Valat, PhD thesis, 2014, §4.6.1, §4.9): one heap per thread, found
  * through a thread-local pointer set at the thread's first allocation. Only
  * the owner touches a heap's lists, so the owner never locks. Other threads
- * free into the heap's lock-free MPSC stack (`remote`), which the owner
- * drains. When a thread exits its heap becomes an orphan: its blocks stay
- * valid and may be freed by anyone (they land in the stack), and the next new
+ * free small blocks into their run's thread_free list (small.c) and medium
+ * blocks into the heap's lock-free MPSC stack (`remote`), which the owner
+ * drains. When a thread exits its heap becomes an orphan: its runs are parked
+ * (marked full, so that a remote free into one shows on the heap's notify
+ * stack), its blocks stay valid and may be freed by anyone, and the next new
  * thread adopts it, so thread churn reuses heaps instead of leaking them.
+ * Orphans are also collected by whoever holds the orphan list: on
+ * locus_release/locus_collect, and when a heap needs a new chunk.
  *
  * Heap records are never unmapped: a stale pointer to a heap (from a chunk
  * header) always names valid memory. */
@@ -71,9 +75,9 @@ static heap_t *heap_new_locked(void) {
 static void heap_bind_thread(heap_t *h, int node) {
   h->tid = os_gettid();
   h->node = node;
-  h->state = HEAP_LIVE;
+  heap_set_state(h, HEAP_LIVE);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) h->placed[i]->tid = h->tid, h->placed[i]->state = HEAP_LIVE;
+    if (h->placed[i]) h->placed[i]->tid = h->tid, heap_set_state(h->placed[i], HEAP_LIVE);
 }
 
 static void heap_abandon(void *arg);
@@ -106,7 +110,15 @@ heap_t *heap_get_slow(void) {
   lock_release(&heaps_lock);
   locus_tls_heap = h;
   if (exit_key_ok) pthread_setspecific(exit_key, h);    /* after the TLS store: may call calloc */
-  heap_drain_remote(h);
+  heap_t *all[PLACE_INTERLEAVE + 2] = {h};
+  for (int i = 0; i <= PLACE_INTERLEAVE; i++) all[i + 1] = h->placed[i];
+  for (int i = 0; i < PLACE_INTERLEAVE + 2; i++) {
+    if (!all[i]) continue;
+    heap_drain_remote(all[i]);
+    heap_lock(all[i]);
+    small_unpark(all[i]);
+    heap_unlock(all[i]);
+  }
   return h;
 }
 
@@ -122,7 +134,7 @@ heap_t *heap_placed(heap_t *h, int place) {
     sub->node = place == PLACE_INTERLEAVE ? -1 : place;
     sub->source = place == PLACE_INTERLEAVE ? source_interleave() : source_of_node(place);
     sub->tid = h->tid;
-    sub->state = h->state;
+    heap_set_state(sub, h->state);
     h->placed[place] = sub;
   }
   lock_release(&heaps_lock);
@@ -147,9 +159,10 @@ int heap_rebind(void) {
   return heap_get()->node;
 }
 
-/* Blocks freed by other threads come back to their runs and bins. The stack
+/* Medium blocks freed by other threads come back to their bins. The stack
  * is taken whole with one exchange, so there is no ABA problem: producers only
- * push, the single consumer only swaps the head for NULL. */
+ * push, the single consumer only swaps the head for NULL. (Small blocks go to
+ * their run's thread_free list instead: small.c.) */
 void heap_drain_remote(heap_t *h) {
   void *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
   size_t n = 0;
@@ -158,34 +171,39 @@ void heap_drain_remote(heap_t *h) {
     chunk_t *c = (chunk_t *)registry_lookup(b);
     /* A queued block lies in a live chunk of this heap: chunks go back to the
      * source only when all their blocks are free, queued ones included. */
-    LOCUS_ASSERT(c && c->r.heap == h && (c->r.kind == REGION_SMALL || c->r.kind == REGION_MEDIUM));
-    if (c->r.kind == REGION_SMALL) {
-      size_t off;
-      run_t *run = chunk_run_of(c, b, &off);
-      small_free_local(h, c, run, b);
-    } else {
-      medium_free_local(h, c, b);
-    }
+    LOCUS_ASSERT(c && c->r.heap == h && c->r.kind == REGION_MEDIUM);
+    medium_free_local(h, c, b);
     b = next;
   }
-  if (n) heap_stat_add(&h->st_remote_frees, n);
+  if (n) heap_stat_add_shared(&h->st_remote_frees, n);
 }
 
 /* Empty chunks go back to the source; the heap keeps one standard-size spare
  * so that a thread oscillating around a chunk boundary does not map and unmap. */
-void heap_chunk_release(heap_t *h, chunk_t *c) {
+static void chunk_unlink(heap_t *h, chunk_t *c) {
   chunk_t **list = c->r.kind == REGION_SMALL ? &h->small_chunks : &h->medium_chunks;
   if (c->prev) c->prev->next = c->next;
   else *list = c->next;
   if (c->next) c->next->prev = c->prev;
   c->next = c->prev = NULL;
-  heap_stat_add(&h->st_chunk_bytes, -c->r.size);
+  heap_stat_add_shared(&h->st_chunk_bytes, -c->r.size);
+}
+
+void heap_chunk_release(heap_t *h, chunk_t *c) {
+  chunk_unlink(h, c);
   if (h->hot == (uintptr_t)c) h->hot = HOT_NONE;
   if (!h->spare && c->r.size == CHUNK_SIZE && h->state == HEAP_LIVE) {
     h->spare = c;
     h->spare_ns = adapt_active() ? adapt_now() : 0;
     return;
   }
+  registry_remove(&c->r);
+  source_free(&c->r);
+}
+
+void heap_chunk_drop(heap_t *h, chunk_t *c) {
+  LOCUS_ASSERT(h->hot != (uintptr_t)c);
+  chunk_unlink(h, c);
   registry_remove(&c->r);
   source_free(&c->r);
 }
@@ -203,6 +221,8 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
     h->spare = NULL;
     c->r.zeroed = false;               /* it served blocks before */
   } else {
+    /* Before new memory: what exited threads' heaps got back may be enough. */
+    heaps_collect_orphans(false);     /* h->lock may be held: never wait for heaps_lock */
     c = (chunk_t *)source_alloc(heap_source(h), size, SRC_EXACT);
     if (!c) return NULL;
     c->r.node = (uint8_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
@@ -214,7 +234,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
     return NULL;
   }
   c->next = c->prev = NULL;
-  heap_stat_add(&h->st_chunk_bytes, size);
+  heap_stat_add_shared(&h->st_chunk_bytes, size);
   if (kind == REGION_SMALL) {
     c->free_runs = ~(uint64_t)1;       /* run 0 holds this header */
     memset(c->runs, 0, sizeof c->runs);  /* RUN_FREE, capacity 0: no pointer is valid yet */
@@ -245,6 +265,9 @@ void heap_adapt_tick(heap_t *h) {
 
 void heap_collect(heap_t *h) {
   heap_drain_remote(h);
+  heap_lock(h);
+  small_collect_all(h, h->state != HEAP_LIVE);
+  heap_unlock(h);
   heap_debug_tick(h);
   if (h->spare) {
     chunk_t *c = h->spare;
@@ -260,17 +283,43 @@ void heap_collect(heap_t *h) {
 static void heap_abandon(void *arg) {
   heap_t *h = arg;
   if (!h || locus_tls_heap != h) return;
+  locus_tls_heap = NULL;
+  lock_acquire(&heaps_lock);
+  heap_set_state(h, HEAP_ORPHAN);
+  h->tid = 0;
+  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
+    if (h->placed[i]) heap_set_state(h->placed[i], HEAP_ORPHAN), h->placed[i]->tid = 0;
+  /* Parked under the lock, as a collector of orphans would: the heap is
+   * nobody's now. (A later destructor of this thread gets another heap.) */
   heap_collect(h);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
     if (h->placed[i]) heap_collect(h->placed[i]);
-  locus_tls_heap = NULL;
-  lock_acquire(&heaps_lock);
-  h->state = HEAP_ORPHAN;
-  h->tid = 0;
-  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) h->placed[i]->state = HEAP_ORPHAN, h->placed[i]->tid = 0;
   h->next_orphan = orphans;
   orphans = h;
+  lock_release(&heaps_lock);
+}
+
+/* An orphan has work when some thread freed into it since it was parked. */
+static bool heap_has_remote(heap_t *h) {
+  return atomic_load_explicit(&h->notify, memory_order_relaxed) ||
+         atomic_load_explicit(&h->remote, memory_order_relaxed);
+}
+
+/* Takes back what other threads freed into orphaned heaps (exited threads):
+ * their empty runs and chunks go back to the sources. Holding heaps_lock
+ * makes the caller the orphans' only user (adoption takes them under it). */
+void heaps_collect_orphans(bool wait) {
+  if (!atomic_load_explicit((_Atomic(heap_t *) *)&orphans, memory_order_relaxed)) return;
+  if (wait) lock_acquire(&heaps_lock);
+  else if (!lock_try(&heaps_lock)) return;
+  /* On request (wait: locus_release/locus_collect) every orphan is walked:
+   * runs emptied by remote frees leave no trace on the stacks, and a chunk
+   * they could not return (the orphan's hot chunk) goes back here. */
+  for (heap_t *h = orphans; h; h = h->next_orphan) {
+    if (wait || heap_has_remote(h)) heap_collect(h);
+    for (int i = 0; i <= PLACE_INTERLEAVE; i++)
+      if (h->placed[i] && (wait || heap_has_remote(h->placed[i]))) heap_collect(h->placed[i]);
+  }
   lock_release(&heaps_lock);
 }
 
@@ -294,12 +343,22 @@ void heaps_counts(size_t *live, size_t *orphaned) {
  * been mid-update, so they are never used again (DEAD): frees of their blocks
  * still go to their stacks, which nobody drains. Orphans are consistent and
  * stay adoptable. */
-static void heaps_fork_prepare(void) { lock_acquire(&heaps_lock); }
-static void heaps_fork_parent(void) { lock_release(&heaps_lock); }
+/* Every heap's lock is taken too: a remote free may be retiring a run of
+ * any heap (small_free_last), and the child must not inherit a half-done
+ * update or a lock held by a thread it does not have. */
+static void heaps_fork_prepare(void) {
+  lock_acquire(&heaps_lock);
+  for (heap_t *h = all_heaps; h; h = h->next_all) heap_lock(h);
+}
+static void heaps_fork_parent(void) {
+  for (heap_t *h = all_heaps; h; h = h->next_all) heap_unlock(h);
+  lock_release(&heaps_lock);
+}
 static void heaps_fork_child(void) {
+  for (heap_t *h = all_heaps; h; h = h->next_all) heap_unlock(h);
   heap_t *self = locus_tls_heap;
   for (heap_t *h = all_heaps; h; h = h->next_all)
-    if (h->main != self && h->state == HEAP_LIVE) h->state = HEAP_DEAD;
+    if (h->main != self && h->state == HEAP_LIVE) heap_set_state(h, HEAP_DEAD);
   if (self) self->tid = os_gettid();
   lock_release(&heaps_lock);
 }

@@ -7,6 +7,7 @@
 #include "registry/registry.h"
 #include "source/source.h"
 #include "types.h"
+#include "util/lock.h"
 
 #define RUN_SHIFT 16
 #define RUN_SIZE ((size_t)1 << RUN_SHIFT)
@@ -16,16 +17,42 @@
 #define SMALL_MAX (8 * KiB)
 #define NUM_CLASSES 32
 
+/* A run's free blocks are sharded over two lists (after mimalloc's free-list
+ * sharding: Leijen, Zorn, de Moura, "Mimalloc: Free List Sharding in Action",
+ * 2019): `free`, which malloc pops and the owner's frees push (LIFO: a block
+ * freed is the next one handed out, still in cache), and `thread_free`, where
+ * other threads push with one CAS on the run (never on the heap). When `free`
+ * runs out the owner takes `thread_free` whole. (mimalloc's third list, the
+ * owner's frees apart from `free`, cost 5 more instructions per malloc+free
+ * pair and more cache misses here: docs/design.md.) Both lists are linked
+ * through word 0 and every block on them carries the freed tag in word 1.
+ *
+ * thread_free packs the head pointer (bits 0-47), the number of blocks on the
+ * list (bits 48-61: bounds the owner's walk, so two threads freeing one block
+ * at once make a cycle that is caught, not followed) and a notification state
+ * (bits 62-63): TF_FULL while the run is full and on no list, so the first
+ * remote free tells the heap (pushes the run on h->notify) and turns the
+ * state into TF_NOTIFYING until the push is done. */
+#define TF_PTR_MASK (((uintptr_t)1 << 48) - 1)
+#define TF_COUNT_SHIFT 48
+#define TF_COUNT_ONE ((uintptr_t)1 << TF_COUNT_SHIFT)
+#define TF_COUNT_MASK ((((uintptr_t)1 << 14) - 1) << TF_COUNT_SHIFT)
+#define TF_FULL ((uintptr_t)1 << 62)
+#define TF_NOTIFYING ((uintptr_t)2 << 62)
+#define TF_STATE_MASK ((uintptr_t)3 << 62)
+
 typedef struct run_s {
-  void *free;                  /* owner's free list, linked through word 0 */
-  uint16_t used;               /* blocks handed out (remote-freed ones included until drained) */
+  void *free;                  /* malloc pops here, the owner's frees push here */
+  uint16_t used;               /* blocks handed out (those on thread_free included until collected) */
   uint16_t capacity;           /* blocks that fit in the run */
   uint16_t carved;             /* blocks carved so far from the run's start */
   uint8_t cls;
-  uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL */
+  uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL: the owner's view */
   uint32_t bsize;
   uint32_t recip;              /* ceil(2^32/bsize): offset -> index without a divide */
+  _Atomic(uintptr_t) thread_free; /* remote frees, see above */
   struct run_s *next, *prev;   /* the heap's list of non-full runs of this class */
+  struct run_s *_Atomic notify_next; /* link on the owner heap's notify stack */
 } __attribute__((aligned(64))) run_t;   /* one cache line each, indexed by a shift */
 
 enum { RUN_FREE = 0, RUN_ACTIVE = 1, RUN_FULL = 2 };
@@ -63,8 +90,13 @@ typedef struct heap_s {
   run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel) */
   uintptr_t hot;               /* small chunk that got the latest run, or HOT_NONE:
                                   frees into it skip the registry */
-  run_t *partial[NUM_CLASSES]; /* other non-full runs of the class */
-  _Atomic(void *) remote;      /* MPSC stack of blocks freed by other threads */
+  run_t *partial[NUM_CLASSES]; /* other non-full runs of the class, oldest first */
+  run_t *partial_tail[NUM_CLASSES];
+  _Atomic(void *) remote;      /* MPSC stack of medium blocks freed by other threads */
+  _Atomic(run_t *) notify;     /* MPSC stack of full runs that got a remote free */
+  lock_t lock;                 /* small-run lists, chunk list, notify draining: the owner's slow
+                                  paths hold it; a remote free that empties a run takes it (try
+                                  only) to give the run back without the owner */
   struct heap_s *main;         /* the main heap whose thread owns this one (itself for a main heap):
                                   beside `remote`, which a remote free touches anyway */
   int place;                   /* PLACE_MAIN, a node id, or PLACE_INTERLEAVE */
@@ -89,8 +121,21 @@ typedef struct heap_s {
   atomic_size_t st_remote_frees;   /* blocks freed by other threads, drained */
 } heap_t;
 
+/* A heap's state is written under heaps_lock and read without it by a
+ * remote free (small_free_last): relaxed atomics. */
+static inline void heap_set_state(heap_t *h, int st) { __atomic_store_n(&h->state, st, __ATOMIC_RELAXED); }
+static inline int heap_state(const heap_t *h) { return __atomic_load_n(&h->state, __ATOMIC_RELAXED); }
+/* The heap lock: uncontended almost always (one CAS inline). */
+static ALWAYS_INLINE void heap_lock(heap_t *h) {
+  if (unlikely(!lock_try(&h->lock))) lock_acquire(&h->lock);
+}
+static ALWAYS_INLINE void heap_unlock(heap_t *h) { lock_release(&h->lock); }
 static inline void heap_stat_add(atomic_size_t *c, size_t n) {
   atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n, memory_order_relaxed);
+}
+/* For the counters that a remote free emptying a run also changes. */
+static inline void heap_stat_add_shared(atomic_size_t *c, size_t n) {
+  atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
 void heaps_report(void (*line)(void *, const heap_t *), void *ctx);
 
@@ -131,8 +176,13 @@ void heap_drain_remote(heap_t *h);
 /* malloc's paths on a given heap (api/malloc.c). */
 void *heap_malloc(heap_t *h, size_t size);
 void heap_collect(heap_t *h);
+/* Collects orphaned heaps that other threads freed into (any thread may
+ * call); without `wait`, only if the heap list's lock is free at once. */
+void heaps_collect_orphans(bool wait);
 chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind);
 void heap_chunk_release(heap_t *h, chunk_t *c);
+/* Unlinks an empty chunk and gives it to the source (no spare); h->lock held. */
+void heap_chunk_drop(heap_t *h, chunk_t *c);
 void heaps_counts(size_t *live, size_t *orphaned);
 /* Checks every invariant of h (runs, free lists, medium blocks and bins,
  * registry entries of its chunks); aborts naming the first violation. Only
@@ -164,15 +214,92 @@ void small_init(void);
 static ALWAYS_INLINE unsigned size_class(size_t size) {
   return locus_class_of16[(size + 15) >> 4];
 }
+/* `used` is written by the owner only, but read by remote frees (the
+ * "last block" check, redone under the owner's lock before it acts, after
+ * which that thread retires the run: it writes fields the owner last wrote
+ * without the lock). The owner's stores are releases and the remote loads
+ * acquires, so those earlier owner writes happen before. A stale value can
+ * only be larger than the true one (the owner only decrements a run that is
+ * not current; a run leaves `cur[]` under the lock): the check then fails.
+ * On x86-64 a plain store after a compiler barrier is a release (GCC turns
+ * an atomic 16-bit decrement into four instructions instead of one); the
+ * thread sanitizer must see atomics. */
+static ALWAYS_INLINE unsigned run_used(const run_t *run) { return __atomic_load_n(&run->used, __ATOMIC_ACQUIRE); }
+#if defined(__SANITIZE_THREAD__)      /* GCC */
+#define LOCUS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)   /* clang */
+#define LOCUS_TSAN 1
+#endif
+#endif
+#if defined(__x86_64__) && !defined(LOCUS_TSAN)
+static ALWAYS_INLINE void run_used_set(run_t *run, unsigned v) {
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  run->used = (uint16_t)v;
+}
+static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  return --run->used;
+}
+#else
+static ALWAYS_INLINE void run_used_set(run_t *run, unsigned v) {
+  __atomic_store_n(&run->used, (uint16_t)v, __ATOMIC_RELEASE);
+}
+static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
+  unsigned v = run->used - 1u;
+  __atomic_store_n(&run->used, (uint16_t)v, __ATOMIC_RELEASE);
+  return v;
+}
+#endif
 void *small_alloc_slow(heap_t *h, unsigned cls);
 void small_free_update(heap_t *h, chunk_t *c, run_t *run);
+void small_notify(heap_t *owner, run_t *run);
+void small_free_last(heap_t *owner, run_t *run, void *p);
+/* Owner side: moves thread_free onto `free`; returns the blocks taken. */
+size_t small_collect(heap_t *h, chunk_t *c, run_t *run);
+/* Owner side: takes back what other threads freed into h's small runs,
+ * retires empty runs (empty chunks go back to the source). With `park`, every
+ * run left is marked full so that the next remote free into it tells the heap
+ * (a heap with no thread: its notify stack then says it has work). */
+void small_collect_all(heap_t *h, bool park);
+void small_unpark(heap_t *h);
+/* The owner's free: onto the run's free list. */
 static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p) {
   LOCUS_ASSERT(run->used > 0 && run->used <= run->carved && run->carved <= run->capacity);
   void **b = p;
   b[0] = run->free;
   b[1] = (void *)block_tag(b);
   run->free = b;
-  if (unlikely(--run->used == 0 || run->state == RUN_FULL)) small_free_update(h, c, run);
+  if (unlikely(run_used_dec(run) == 0 || run->state == RUN_FULL)) small_free_update(h, c, run);
+}
+/* Another thread's free: one CAS on the run's thread_free, none on the heap,
+ * except the first free into a full run, which tells the owner (small_notify). */
+static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) {
+  void **b = p;
+  b[1] = (void *)block_tag(b);
+  uintptr_t old = atomic_load_explicit(&run->thread_free, memory_order_relaxed), nw;
+  /* This free may empty the run (all its other handed-out blocks are on
+   * thread_free): then the run can go back without the owner (idle threads
+   * of an OpenMP pool never allocate again). Our block keeps the run alive
+   * until pushed, so reading `used` here is safe; the check is redone under
+   * the owner's lock. */
+  if (unlikely(((old & TF_COUNT_MASK) >> TF_COUNT_SHIFT) + 1 == run_used(run))) {
+    small_free_last(owner, run, p);
+    return;
+  }
+  for (;;) {
+    if (unlikely(old & TF_NOTIFYING)) {   /* another thread is telling the owner: a few cycles */
+      arch_pause();
+      old = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
+      continue;
+    }
+    b[0] = (void *)(old & TF_PTR_MASK);
+    nw = (uintptr_t)b | ((old & TF_COUNT_MASK) + TF_COUNT_ONE) | ((old & TF_FULL) ? TF_NOTIFYING : 0);
+    if (atomic_compare_exchange_weak_explicit(&run->thread_free, &old, nw, memory_order_release,
+                                              memory_order_relaxed))
+      break;
+  }
+  if (unlikely(nw & TF_NOTIFYING)) small_notify(owner, run);
 }
 static ALWAYS_INLINE run_t *chunk_run_of(chunk_t *c, const void *p, size_t *off) {
   size_t o = (uintptr_t)p - (uintptr_t)c;

@@ -8,9 +8,15 @@
  * in a 32 B block), under 20% above 128 (129 B in a 160 B block).
  *
  * A run is the heap's current run for its class (RUN_ACTIVE, in cur[]),
- * partially used (RUN_ACTIVE, in partial[]), full (RUN_FULL, on no list:
- * found again through the chunk when one of its blocks is freed), or unused
- * (RUN_FREE, its slot free in the chunk's bitmap). */
+ * partially used (RUN_ACTIVE, in partial[], oldest first so that a run has
+ * gathered frees by the time it is taken again), full (RUN_FULL, on no list:
+ * found again through the chunk when the owner frees one of its blocks, or
+ * through the heap's notify stack when another thread does), or unused
+ * (RUN_FREE, its slot free in the chunk's bitmap).
+ *
+ * Free lists are sharded per run (free / thread_free, see
+ * heap.h): a remote free touches only the run's descriptor, and the owner
+ * takes a run's remote frees in one exchange when its other lists are empty. */
 #include <string.h>
 
 #include "heap/heap.h"
@@ -33,14 +39,20 @@ void small_init(void) {
 static void run_init(run_t *run, unsigned cls) {
   uint32_t bs = locus_class_size[cls];
   run->free = NULL;
-  run->used = 0;
+  run_used_set(run, 0);
   run->carved = 0;
   run->capacity = (uint16_t)(RUN_SIZE / bs);
   run->cls = (uint8_t)cls;
   run->bsize = bs;
   run->recip = (uint32_t)(((uint64_t)1 << 32) / bs + 1);
   run->state = RUN_ACTIVE;
+  atomic_store_explicit(&run->thread_free, 0, memory_order_relaxed);
   run->next = run->prev = NULL;
+  atomic_store_explicit(&run->notify_next, NULL, memory_order_relaxed);
+}
+
+static inline chunk_t *run_chunk(run_t *run) {
+  return (chunk_t *)registry_lookup(run);   /* descriptors live in their chunk */
 }
 
 /* Threads the next page's worth of never-used blocks into the free list.
@@ -64,17 +76,20 @@ static void run_extend(chunk_t *c, run_t *run) {
   run->free = run_start(c, run) + (size_t)(run->carved - n) * bs;
 }
 
-static void partial_push(heap_t *h, run_t *run) {
-  run->prev = NULL;
-  run->next = h->partial[run->cls];
-  if (run->next) run->next->prev = run;
-  h->partial[run->cls] = run;
+static void partial_push(heap_t *h, run_t *run) {   /* at the tail: oldest first */
+  unsigned cls = run->cls;
+  run->next = NULL;
+  run->prev = h->partial_tail[cls];
+  if (run->prev) run->prev->next = run;
+  else h->partial[cls] = run;
+  h->partial_tail[cls] = run;
 }
 
 static void partial_unlink(heap_t *h, run_t *run) {
   if (run->prev) run->prev->next = run->next;
   else h->partial[run->cls] = run->next;
   if (run->next) run->next->prev = run->prev;
+  else h->partial_tail[run->cls] = run->prev;
   run->next = run->prev = NULL;
 }
 
@@ -106,9 +121,149 @@ static inline void *run_pop(run_t *run) {
   LOCUS_ASSERT(run->state == RUN_ACTIVE && run->used < run->carved && run->carved <= run->capacity);
   void **b = run->free;
   run->free = *b;
-  run->used++;
+  run_used_set(run, run->used + 1u);
   b[1] = NULL;
   return b;
+}
+
+static NOINLINE void tf_corrupt(run_t *run, void *b, const char *what) {
+  locus_fatal("free(): %s of %p (small block, found by its owner while taking back remote frees of run %p)",
+              what, b, (void *)run);
+}
+
+/* Takes thread_free whole (its state bits stay) and moves it onto `free`.
+ * The walk is bounded by the count packed with the head, and each block is
+ * marked while walked: a block pushed twice (two threads freed it at the
+ * same time; both passed the tag check before either pushed) is met again
+ * marked, and reported as a double free instead of making a cycle. */
+static size_t collect_list(heap_t *h, chunk_t *c, run_t *run, bool splice) {
+  uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
+  do {
+    if (!(tf & TF_COUNT_MASK)) return 0;
+  } while (!atomic_compare_exchange_weak_explicit(&run->thread_free, &tf, tf & TF_STATE_MASK,
+                                                  memory_order_acquire, memory_order_relaxed));
+  size_t n = (tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT;
+  void **head = (void **)(tf & TF_PTR_MASK), **b = head, **last = NULL;
+  if (n > run_used(run)) tf_corrupt(run, head, "double free (more blocks freed than handed out)");
+  char *start = run_start(c, run);
+  for (size_t i = 0; i < n; i++) {
+    size_t off = (size_t)((char *)b - start);
+    if (!b || (char *)b < start || off >= RUN_SIZE || run_index(run, off) >= run->carved)
+      tf_corrupt(run, b, "corrupted remote free list (write after free?)");
+    if ((uintptr_t)b[1] != block_tag(b)) {
+      if ((uintptr_t)b[1] == (block_tag(b) ^ 2)) tf_corrupt(run, b, "double free (freed by two threads at once)");
+      tf_corrupt(run, b, "corrupted remote free list (write after free?)");
+    }
+    b[1] = (void *)(block_tag(b) ^ 2);  /* marked: met again means pushed twice */
+    last = b;
+    b = b[0];
+  }
+  if (b) tf_corrupt(run, b, "double free (remote free list longer than its count)");
+  for (b = head; b != last; b = b[0]) b[1] = (void *)block_tag(b);
+  last[1] = (void *)block_tag(last);
+  if (splice) {
+    last[0] = run->free;
+    run->free = head;
+  }
+  run_used_set(run, run_used(run) - (unsigned)n);
+  heap_stat_add_shared(&h->st_remote_frees, n);
+  return n;
+}
+
+size_t small_collect(heap_t *h, chunk_t *c, run_t *run) { return collect_list(h, c, run, true); }
+
+/* Full runs that got a remote free go back on the partial lists. A run is
+ * on the stack at most once: it is pushed only by the free that turns
+ * TF_FULL into TF_NOTIFYING, and the owner sets TF_FULL again only after
+ * draining (run_mark_full). */
+static void notify_drain(heap_t *h) {
+  run_t *r = atomic_exchange_explicit(&h->notify, NULL, memory_order_acquire);
+  while (r) {
+    run_t *next = atomic_load_explicit(&r->notify_next, memory_order_relaxed);
+    if (r->state == RUN_FULL) {
+      r->state = RUN_ACTIVE;
+      partial_push(h, r);
+    }
+    r = next;
+  }
+}
+
+/* Called by the remote free that found the run full: pushes the run on its
+ * owner's notify stack, then ends TF_NOTIFYING (other remote frees of the
+ * run wait for that, and so does the owner before retiring the run). */
+NOINLINE void small_notify(heap_t *owner, run_t *run) {
+  run_t *head = atomic_load_explicit(&owner->notify, memory_order_relaxed);
+  do {
+    atomic_store_explicit(&run->notify_next, head, memory_order_relaxed);
+  } while (!atomic_compare_exchange_weak_explicit(&owner->notify, &head, run, memory_order_release,
+                                                  memory_order_relaxed));
+  atomic_fetch_and_explicit(&run->thread_free, ~TF_STATE_MASK, memory_order_release);
+}
+
+/* Gives `free` something to pop: the remote frees, then a fresh page of the
+ * run. False when the run is used up. */
+static bool run_refill(heap_t *h, chunk_t *c, run_t *run) {
+  if (run->free) return true;
+  if ((atomic_load_explicit(&run->thread_free, memory_order_relaxed) & TF_COUNT_MASK) && small_collect(h, c, run))
+    return true;
+  if (run->carved < run->capacity) {
+    run_extend(c, run);
+    return true;
+  }
+  return false;
+}
+
+/* A used-up run becomes RUN_FULL with TF_FULL set, so that the first remote
+ * free into it tells the heap. The exchange 0 -> TF_FULL fails when remote
+ * frees arrived meanwhile: they are taken and the run serves on (true). */
+static bool run_mark_full(heap_t *h, chunk_t *c, run_t *run) {
+  for (;;) {
+    uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
+    if (tf & TF_COUNT_MASK) {
+      small_collect(h, c, run);
+      return true;
+    }
+    if ((tf & TF_STATE_MASK) == TF_FULL) {   /* already marked */
+      run->state = RUN_FULL;
+      return false;
+    }
+    if (tf & TF_STATE_MASK) {          /* a notification of an earlier full period ends */
+      arch_pause();
+      continue;
+    }
+    /* Every earlier push of this run on the stack ended before TF_NOTIFYING
+     * was cleared, which we saw: drain now, so it is on the stack no more. */
+    if (atomic_load_explicit(&h->notify, memory_order_relaxed)) notify_drain(h);
+    if (atomic_compare_exchange_strong_explicit(&run->thread_free, &tf, TF_FULL, memory_order_acq_rel,
+                                                memory_order_relaxed)) {
+      run->state = RUN_FULL;
+      return false;
+    }
+  }
+}
+
+static void *alloc_slow_locked(heap_t *h, unsigned cls) {
+  run_t *run = h->cur[cls];
+  if (run != &locus_empty_run) {
+    chunk_t *c = run_chunk(run);
+    if (run_refill(h, c, run) || run_mark_full(h, c, run)) return run_pop(run);
+    h->cur[cls] = &locus_empty_run;
+  }
+  if (atomic_load_explicit(&h->notify, memory_order_relaxed)) notify_drain(h);
+  while ((run = h->partial[cls])) {
+    partial_unlink(h, run);
+    chunk_t *c = run_chunk(run);
+    if (run_refill(h, c, run) || run_mark_full(h, c, run)) {
+      h->cur[cls] = run;
+      return run_pop(run);
+    }
+  }
+  chunk_t *c;
+  run = run_new(h, cls, &c);
+  if (!run) return NULL;
+  h->cur[cls] = run;
+  run_extend(c, run);
+  return run_pop(run);
 }
 
 void *small_alloc_slow(heap_t *h, unsigned cls) {
@@ -117,42 +272,24 @@ void *small_alloc_slow(heap_t *h, unsigned cls) {
     if (h == &locus_oom_heap) return NULL;
   }
   heap_debug_tick(h);
-  run_t *run = h->cur[cls];
-  if (run != &locus_empty_run) {
-    if (run->carved < run->capacity) {
-      run_extend((chunk_t *)registry_lookup(run), run);   /* descriptors live in their chunk */
-      return run_pop(run);
-    }
-  }
-  if (atomic_load_explicit(&h->remote, memory_order_relaxed)) {
-    heap_drain_remote(h);
-    run = h->cur[cls];
-    if (run->free) return run_pop(run);
-  }
-  if (run != &locus_empty_run) run->state = RUN_FULL;
-  run = h->partial[cls];
-  if (run) {
-    partial_unlink(h, run);
-    h->cur[cls] = run;
-    if (!run->free) run_extend((chunk_t *)registry_lookup(run), run);
-    return run_pop(run);
-  }
-  chunk_t *c;
-  run = run_new(h, cls, &c);
-  if (!run) {
-    h->cur[cls] = &locus_empty_run;
-    return NULL;
-  }
-  h->cur[cls] = run;
-  run_extend(c, run);
-  return run_pop(run);
+  heap_lock(h);
+  void *p = alloc_slow_locked(h, cls);
+  heap_unlock(h);
+  return p;
 }
 
 /* Retires an empty run that is not current; its chunk goes back when all of
  * its runs are unused. */
-static void small_run_retire(heap_t *h, chunk_t *c, run_t *run) {
-  partial_unlink(h, run);
+static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
+  LOCUS_ASSERT(run->used == 0 && h->cur[run->cls] != run);
+  /* A remote free may still be pushing the run on the notify stack: wait for
+   * it, then empty the stack, so that nothing points to the slot. */
+  while (atomic_load_explicit(&run->thread_free, memory_order_acquire) & TF_NOTIFYING) arch_pause();
+  if (atomic_load_explicit(&h->notify, memory_order_relaxed)) notify_drain(h);
+  if (run->state != RUN_FULL) partial_unlink(h, run);
   run->state = RUN_FREE;
+  atomic_store_explicit(&run->thread_free, 0, memory_order_relaxed);
+  run->free = NULL;
   run->carved = run->capacity = 0;     /* a late free into the slot is caught as invalid */
   unsigned i = (unsigned)(run - c->runs);
   if (!c->free_runs && c->prev) {      /* chunk regains a free slot: move it to the head */
@@ -164,14 +301,123 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run) {
     h->small_chunks = c;
   }
   c->free_runs |= (uint64_t)1 << i;
-  if (c->free_runs == ~(uint64_t)1) heap_chunk_release(h, c);
+  if (c->free_runs != ~(uint64_t)1) return;
+  if (owner) heap_chunk_release(h, c);
+  else if (h->hot != (uintptr_t)c) heap_chunk_drop(h, c);   /* the owner's free path reads hot */
+}
+
+/* Ends a run's full period: back on the partial list; a notification still
+ * on its way is ignored by notify_drain (the run is no longer full). */
+static void run_unfull(heap_t *h, run_t *run) {
+  run->state = RUN_ACTIVE;
+  uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
+  while ((tf & TF_STATE_MASK) == TF_FULL &&
+         !atomic_compare_exchange_weak_explicit(&run->thread_free, &tf, tf & ~TF_STATE_MASK,
+                                                memory_order_relaxed, memory_order_relaxed)) {
+  }
+  partial_push(h, run);
 }
 
 /* Rare cases of a local free: the run was full, or became empty. */
 NOINLINE void small_free_update(heap_t *h, chunk_t *c, run_t *run) {
-  if (run->state == RUN_FULL) {
-    run->state = RUN_ACTIVE;
-    partial_push(h, run);
+  heap_lock(h);
+  if (run->state == RUN_FULL) run_unfull(h, run);
+  if (run->used == 0 && h->cur[run->cls] != run) small_run_retire(h, c, run, true);
+  heap_unlock(h);
+}
+
+/* A remote free that may be the run's last handed-out block (see
+ * small_free_remote). With the owner's lock, the run is checked again: not
+ * current (the owner's malloc pops only there without the lock), every
+ * handed-out block on thread_free (so the owner holds none and cannot free
+ * into it): then the run is taken back and retired here, and its chunk goes
+ * to the source when it was the last run (unless it is the owner's hot
+ * chunk, which the owner's free path reads without the lock). */
+NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
+  /* Waiting is short: the lock is held only by the owner's slow path and by
+   * other frees like this one, once per emptied run. */
+  bool locked = heap_state(owner) != HEAP_DEAD;
+  if (locked) heap_lock(owner);
+  void **b = p;
+  b[1] = (void *)block_tag(b);
+  uintptr_t old = atomic_load_explicit(&run->thread_free, memory_order_relaxed), nw;
+  for (;;) {
+    if (old & TF_NOTIFYING) {
+      arch_pause();
+      old = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
+      continue;
+    }
+    b[0] = (void *)(old & TF_PTR_MASK);
+    nw = (uintptr_t)b | ((old & TF_COUNT_MASK) + TF_COUNT_ONE) | ((old & TF_FULL) ? TF_NOTIFYING : 0);
+    if (atomic_compare_exchange_weak_explicit(&run->thread_free, &old, nw, memory_order_acq_rel,
+                                              memory_order_relaxed))
+      break;
   }
-  if (run->used == 0 && h->cur[run->cls] != run) small_run_retire(h, c, run);
+  if (nw & TF_NOTIFYING) small_notify(owner, run);
+  if (!locked) return;
+  uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
+  if (run->state != RUN_FREE && owner->cur[run->cls] != run &&
+      ((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT) == run_used(run)) {
+    /* Every block of the run is free: the list is checked (double frees)
+     * but need not be spliced: the retire drops the run's lists. */
+    chunk_t *c = run_chunk(run);
+    collect_list(owner, c, run, false);
+    if (run->used == 0) small_run_retire(owner, c, run, false);
+  }
+  heap_unlock(owner);
+}
+
+/* One run at collection: remote frees taken back; empty and not current:
+ * retired; else, when parking, marked full. */
+static bool collect_run(heap_t *h, chunk_t *c, run_t *run, bool park) {
+  small_collect(h, c, run);
+  if (run->used == 0) {
+    if (h->cur[run->cls] == run) h->cur[run->cls] = &locus_empty_run;
+    small_run_retire(h, c, run, true);
+    return true;
+  }
+  if (!park || run->state == RUN_FULL) return false;
+  if (h->cur[run->cls] == run) h->cur[run->cls] = &locus_empty_run;
+  else partial_unlink(h, run);
+  while (run_mark_full(h, c, run)) {   /* took new remote frees */
+    if (run->used == 0) {
+      run->state = RUN_FULL;           /* on no list */
+      small_run_retire(h, c, run, true);
+      return true;
+    }
+  }
+  return false;
+}
+
+void small_collect_all(heap_t *h, bool park) {
+  if (atomic_load_explicit(&h->notify, memory_order_relaxed)) notify_drain(h);
+  chunk_t *c = h->small_chunks;
+  while (c) {
+    chunk_t *next = c->next;           /* c may go back to the source */
+    uint64_t live = ~c->free_runs & ~(uint64_t)1;
+    if (!live) {                       /* emptied by remote frees while it was hot */
+      heap_chunk_release(h, c);
+      c = next;
+      continue;
+    }
+    while (live) {
+      unsigned i = (unsigned)__builtin_ctzll(live);
+      live &= live - 1;
+      /* the retire of the last run releases the chunk: stop there */
+      bool last = (c->free_runs | ((uint64_t)1 << i)) == ~(uint64_t)1;
+      if (collect_run(h, c, &c->runs[i], park) && last) break;
+    }
+    c = next;
+  }
+}
+
+/* The heap of an exited thread becomes some thread's heap again: its runs
+ * were parked full; those with free blocks serve again. */
+void small_unpark(heap_t *h) {
+  small_collect_all(h, false);
+  for (chunk_t *c = h->small_chunks; c; c = c->next)
+    for (unsigned i = 1; i < RUNS_PER_CHUNK; i++) {
+      run_t *run = &c->runs[i];
+      if (run->state == RUN_FULL && run->free) run_unfull(h, run);
+    }
 }

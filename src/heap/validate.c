@@ -14,26 +14,40 @@ static void check_region(heap_t *h, chunk_t *c, region_kind_t kind) {
   if (c->r.kind != kind) FAIL("chunk %p has kind %u on a list of kind %u", c, c->r.kind, (unsigned)kind);
 }
 
-/* used + (blocks on the free list) == carved, every free block inside the
- * run, on a block boundary, tagged as freed; no cycle. */
+/* Walks one of a run's owner lists: every entry a carved block of the run,
+ * on a block boundary, tagged as freed; no cycle. Returns its length. */
+static size_t check_list(chunk_t *c, run_t *run, void **head, const char *name) {
+  size_t idx = (size_t)(run - c->runs), n = 0;
+  char *start = run_start(c, run);
+  for (void **b = head; b; b = *b) {
+    size_t off = (size_t)((char *)b - start);
+    if ((char *)b < start || off >= (size_t)run->carved * run->bsize || off % run->bsize)
+      FAIL("run %zu of chunk %p: %s entry %p is not a carved block of the run", idx, c, name, (void *)b);
+    if ((uintptr_t)b[1] != block_tag(b))
+      FAIL("run %zu of chunk %p: %s block %p lost its freed tag (written after free?)", idx, c, name, (void *)b);
+    if (++n > run->carved) FAIL("run %zu of chunk %p: %s longer than the carved blocks (cycle?)", idx, c, name);
+  }
+  return n;
+}
+
+/* free + used == carved (used counts the blocks on thread_free,
+ * which other threads change under us: only its count is checked, <= used);
+ * TF_FULL only on a full run. */
 static void check_run(chunk_t *c, run_t *run) {
   size_t idx = (size_t)(run - c->runs);
   if (run->carved > run->capacity || run->used > run->carved)
     FAIL("run %zu of chunk %p: used %u, carved %u, capacity %u", idx, c, run->used, run->carved, run->capacity);
   if (run->capacity != RUN_SIZE / run->bsize || run->bsize != locus_class_size[run->cls])
     FAIL("run %zu of chunk %p: block size %u does not match class %u", idx, c, run->bsize, run->cls);
-  char *start = run_start(c, run);
-  size_t n = 0;
-  for (void **b = run->free; b; b = *b) {
-    size_t off = (size_t)((char *)b - start);
-    if ((char *)b < start || off >= (size_t)run->carved * run->bsize || off % run->bsize)
-      FAIL("run %zu of chunk %p: free-list entry %p is not a carved block of the run", idx, c, (void *)b);
-    if ((uintptr_t)b[1] != block_tag(b))
-      FAIL("run %zu of chunk %p: free block %p lost its freed tag (written after free?)", idx, c, (void *)b);
-    if (++n > run->carved) FAIL("run %zu of chunk %p: free list longer than the carved blocks (cycle?)", idx, c);
-  }
+  size_t n = check_list(c, run, run->free, "free list");
   if (n + run->used != run->carved)
     FAIL("run %zu of chunk %p: %zu free + %u used != %u carved", idx, c, n, run->used, run->carved);
+  uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
+  if ((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT > run->used)
+    FAIL("run %zu of chunk %p: %zu blocks freed remotely, only %u handed out", idx, c,
+         (size_t)((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT), run->used);
+  if ((tf & TF_STATE_MASK) == TF_FULL && run->state != RUN_FULL)
+    FAIL("run %zu of chunk %p: marked full for remote frees but not full (state %u)", idx, c, run->state);
 }
 
 static void check_small(heap_t *h) {
@@ -53,11 +67,13 @@ static void check_small(heap_t *h) {
     if (cur != &locus_empty_run && (cur->state != RUN_ACTIVE || cur->cls != cls))
       FAIL("current run %p of class %u has state %u, class %u", (void *)cur, cls, cur->state, cur->cls);
     size_t n = 0;
-    for (run_t *r = h->partial[cls], *prev = NULL; r; prev = r, r = r->next) {
+    run_t *prev = NULL;
+    for (run_t *r = h->partial[cls]; r; prev = r, r = r->next) {
       if (r->state != RUN_ACTIVE || r->cls != cls || r->prev != prev || r == cur)
         FAIL("partial run %p of class %u: state %u, class %u, or broken links", (void *)r, cls, r->state, r->cls);
       if (++n > 1u << 20) FAIL("partial list of class %u does not end (cycle?)", cls);
     }
+    if (h->partial_tail[cls] != prev) FAIL("partial list of class %u: tail is not the last run", cls);
   }
 }
 
@@ -112,7 +128,9 @@ static void check_medium(heap_t *h) {
 
 void heap_validate(heap_t *h) {
   if (h == &locus_oom_heap) return;
+  heap_lock(h);              /* a remote free may retire a run meanwhile */
   check_small(h);
+  heap_unlock(h);
   check_medium(h);
   if (h->spare && registry_lookup(h->spare) != &h->spare->r) FAIL("spare chunk %p is not recorded", h->spare);
 }

@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -303,6 +304,32 @@ static int c_double_free_remote_then_owner(void) {
   return 0;
 }
 
+/* Two threads free the same block at the same moment (a spin barrier lines
+ * them up): either one sees the other's freed tag, or both pass the check
+ * and push it; then the owner, taking its remote frees back, meets the block
+ * twice. Both end in the double-free abort; neither may hang or crash. */
+static atomic_int racers;
+static void *free_racing(void *arg) {
+  atomic_fetch_add(&racers, 1);
+  while (atomic_load(&racers) < 2) {
+  }
+  A_FREE(launder(arg));
+  return NULL;
+}
+static int c_double_free_concurrent(void) {
+  void *keep[16];
+  for (int i = 0; i < 16; i++) keep[i] = A_MALLOC(64);   /* the run has other live blocks */
+  void *p = A_MALLOC(64);
+  if (!p) return bad("malloc failed");
+  say_addr(p);
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, free_racing, p);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  drain();
+  for (int i = 0; i < 16; i++) A_FREE(keep[i]);
+  return 0;
+}
+
 static int realloc_freed(size_t size) {
   void *p = A_MALLOC(size);
   if (!p) return bad("malloc failed");
@@ -353,6 +380,7 @@ static const case_t cases[] = {
   { "double_free_cross_thread", c_double_free_cross_thread, ABORT, KW_DOUBLE },
   { "double_free_owner_then_remote", c_double_free_owner_then_remote, ABORT, KW_DOUBLE },
   { "double_free_remote_then_owner", c_double_free_remote_then_owner, ABORT, KW_DOUBLE },
+  { "double_free_concurrent", c_double_free_concurrent, ABORT, KW_DOUBLE },
   { "realloc_freed_small", c_realloc_freed_small, ABORT, KW_DOUBLE "|" KW_INVALID },
   { "realloc_freed_large", c_realloc_freed_large, ABORT, KW_DOUBLE "|" KW_INVALID },
 };
