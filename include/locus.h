@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define LOCUS_VERSION_MAJOR 0
-#define LOCUS_VERSION_MINOR 2
+#define LOCUS_VERSION_MINOR 3
 #define LOCUS_VERSION_PATCH 0
 
 /* Version string, e.g. "0.1.0". */
@@ -151,7 +151,8 @@ typedef struct locus_stats {
   uint64_t cache_hits, cache_misses;
   uint64_t bytes_returned;      /* bytes given back to the OS (munmap/madvise) */
   uint64_t heaps_live, heaps_orphaned;
-  /* Added with the auto profile and LOCUS_THP (at the end: older fields keep their offsets). */
+  /* Added in 0.3 with the auto profile and LOCUS_THP (the struct grew: 0.3 is a
+   * new ABI, liblocus.so.0.3). */
   uint64_t bytes_huge;          /* whole 2 MiB pages of live large blocks placed and advised for THP */
   uint64_t bytes_decayed;       /* auto: cached bytes released because they were not reused in time */
   uint64_t bytes_pressure_released;  /* auto: cached bytes released under memory pressure */

@@ -277,6 +277,13 @@ void heap_collect(heap_t *h) {
   }
 }
 
+/* Remote retires read `hot` under the heap lock. */
+static void heap_forget_hot(heap_t *h) {
+  heap_lock(h);
+  h->hot = HOT_NONE;
+  heap_unlock(h);
+}
+
 /* Thread exit (TSD destructor). Later destructors of the same thread may still
  * allocate: they get a heap again (adopting or creating one), which is
  * abandoned again at the next destructor round. */
@@ -287,8 +294,11 @@ static void heap_abandon(void *arg) {
   lock_acquire(&heaps_lock);
   heap_set_state(h, HEAP_ORPHAN);
   h->tid = 0;
+  /* No free path reads an orphan's hot chunk: forgetting it lets a remote
+   * free that empties the chunk give it back (small_run_retire). */
+  heap_forget_hot(h);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) heap_set_state(h->placed[i], HEAP_ORPHAN), h->placed[i]->tid = 0;
+    if (h->placed[i]) heap_set_state(h->placed[i], HEAP_ORPHAN), h->placed[i]->tid = 0, heap_forget_hot(h->placed[i]);
   /* Parked under the lock, as a collector of orphans would: the heap is
    * nobody's now. (A later destructor of this thread gets another heap.) */
   heap_collect(h);

@@ -252,7 +252,8 @@ static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
 }
 #endif
 void *small_alloc_slow(heap_t *h, unsigned cls);
-void small_free_update(heap_t *h, chunk_t *c, run_t *run);
+/* The owner's free of b when the run is full or b is its last block (under the lock). */
+void small_free_update(heap_t *h, chunk_t *c, run_t *run, void **b);
 void small_notify(heap_t *owner, run_t *run);
 void small_free_last(heap_t *owner, run_t *run, void *p);
 /* Owner side: moves thread_free onto `free`; returns the blocks taken. */
@@ -263,14 +264,24 @@ size_t small_collect(heap_t *h, chunk_t *c, run_t *run);
  * (a heap with no thread: its notify stack then says it has work). */
 void small_collect_all(heap_t *h, bool park);
 void small_unpark(heap_t *h);
-/* The owner's free: onto the run's free list. */
+/* The owner's free: onto the run's free list.
+ * Invariant: the owner never touches a run after publishing a decrement of
+ * `used` without the heap lock. Once the count drops, a remote free of the
+ * run's last other block may retire the run (small_free_last) and release
+ * its chunk. So the rare cases (the run becomes empty, or was full) are
+ * decided before the decrement, while the block being freed still keeps the
+ * run alive, and are done under the lock. */
 static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p) {
   LOCUS_ASSERT(run->used > 0 && run->used <= run->carved && run->carved <= run->capacity);
   void **b = p;
   b[0] = run->free;
   b[1] = (void *)block_tag(b);
+  if (unlikely(run->used == 1 || run->state == RUN_FULL)) {
+    small_free_update(h, c, run, b);
+    return;
+  }
   run->free = b;
-  if (unlikely(run_used_dec(run) == 0 || run->state == RUN_FULL)) small_free_update(h, c, run);
+  run_used_dec(run);
 }
 /* Another thread's free: one CAS on the run's thread_free, none on the heap,
  * except the first free into a full run, which tells the owner (small_notify). */
@@ -282,12 +293,13 @@ static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) 
    * thread_free): then the run can go back without the owner (idle threads
    * of an OpenMP pool never allocate again). Our block keeps the run alive
    * until pushed, so reading `used` here is safe; the check is redone under
-   * the owner's lock. */
-  if (unlikely(((old & TF_COUNT_MASK) >> TF_COUNT_SHIFT) + 1 == run_used(run))) {
-    small_free_last(owner, run, p);
-    return;
-  }
+   * the owner's lock. It is made again after a failed CAS: of two threads
+   * freeing a run's last two blocks at once, the loser sees it is last. */
   for (;;) {
+    if (unlikely(((old & TF_COUNT_MASK) >> TF_COUNT_SHIFT) + 1 == run_used(run))) {
+      small_free_last(owner, run, p);
+      return;
+    }
     if (unlikely(old & TF_NOTIFYING)) {   /* another thread is telling the owner: a few cycles */
       arch_pause();
       old = atomic_load_explicit(&run->thread_free, memory_order_relaxed);

@@ -319,8 +319,13 @@ static void run_unfull(heap_t *h, run_t *run) {
 }
 
 /* Rare cases of a local free: the run was full, or became empty. */
-NOINLINE void small_free_update(heap_t *h, chunk_t *c, run_t *run) {
+NOINLINE void small_free_update(heap_t *h, chunk_t *c, run_t *run, void **b) {
   heap_lock(h);
+  /* b is still counted in `used`: no remote free can have retired the run. */
+  LOCUS_ASSERT(run->state != RUN_FREE && run->used > 0);
+  b[0] = run->free;                    /* the list may have changed while we waited */
+  run->free = b;
+  run_used_dec(run);
   if (run->state == RUN_FULL) run_unfull(h, run);
   if (run->used == 0 && h->cur[run->cls] != run) small_run_retire(h, c, run, true);
   heap_unlock(h);
