@@ -89,7 +89,7 @@ static heap_t *adopt_locked(int node) {
   for (heap_t **link = &orphans; *link; link = &(*link)->next_orphan) {
     heap_t *h = *link;
     if (h->node != node) continue;
-    *link = h->next_orphan;
+    __atomic_store_n(link, h->next_orphan, __ATOMIC_RELAXED);   /* `orphans` is peeked without the lock */
     h->next_orphan = NULL;
     return h;
   }
@@ -305,7 +305,7 @@ static void heap_abandon(void *arg) {
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
     if (h->placed[i]) heap_collect(h->placed[i]);
   h->next_orphan = orphans;
-  orphans = h;
+  __atomic_store_n(&orphans, h, __ATOMIC_RELAXED);   /* peeked without the lock */
   lock_release(&heaps_lock);
 }
 
@@ -319,7 +319,7 @@ static bool heap_has_remote(heap_t *h) {
  * their empty runs and chunks go back to the sources. Holding heaps_lock
  * makes the caller the orphans' only user (adoption takes them under it). */
 void heaps_collect_orphans(bool wait) {
-  if (!atomic_load_explicit((_Atomic(heap_t *) *)&orphans, memory_order_relaxed)) return;
+  if (!__atomic_load_n(&orphans, __ATOMIC_RELAXED)) return;   /* a peek: rechecked under the lock */
   if (wait) lock_acquire(&heaps_lock);
   else if (!lock_try(&heaps_lock)) return;
   /* On request (wait: locus_release/locus_collect) every orphan is walked:
