@@ -30,7 +30,7 @@
 #                              package version, kernel/config and the series
 # so CI rebuilds only when the patches or the config change.  Builds run at
 # nice 19 with make -j$(nproc) (LOCUS_KERNEL_JOBS overrides), for at most
-# LOCUS_KERNEL_BUILD_TIMEOUT seconds (3600): a slower machine skips the tests.
+# LOCUS_KERNEL_BUILD_TIMEOUT seconds (2700): a slower machine skips the tests.
 #
 # Exit status: 0 success; 77 the kernel cannot be had (reason on stderr);
 # 1 build or test failure; 2 usage.
@@ -48,7 +48,7 @@ series_dir=$repo/kernel
 jobs=${LOCUS_KERNEL_JOBS:-$(nproc 2>/dev/null || echo 2)}
 # CI has 90 min; the test suite takes ~10 and a build from scratch ~10-20 on
 # 2 quiet cores: past this limit the build is abandoned (a skip, see build()).
-build_limit=${LOCUS_KERNEL_BUILD_TIMEOUT:-3600}
+build_limit=${LOCUS_KERNEL_BUILD_TIMEOUT:-2700}
 
 cmd=${1:-}; shift || true
 stock=0
