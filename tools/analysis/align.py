@@ -25,6 +25,7 @@ import sys
 import tempfile
 
 import cache
+from cli_common import Fail, parse_size
 import callsite
 
 HELP = """\
@@ -54,23 +55,6 @@ nothing could be traced (CMD not dynamically linked, or no large array).
 
 PAGE = 4096
 MAX_ROWS = 24                          # arrays listed in the text report beyond those used together
-
-
-class Fail(Exception):
-    def __init__(self, msg, status=1):
-        Exception.__init__(self, msg)
-        self.status = status
-
-
-def parse_size(text):
-    t = text.strip().upper().replace("IB", "").rstrip("B")
-    mult = 1
-    if t and t[-1] in "KMGT":
-        mult = 1 << (10 * ("KMGT".index(t[-1]) + 1))
-        t = t[:-1]
-    if not t.isdigit():
-        raise ValueError(text)
-    return int(t) * mult
 
 
 # ---- the runs ---------------------------------------------------------------------

@@ -30,6 +30,7 @@ import struct
 import sys
 
 import cache
+from cli_common import Fail, parse_size
 
 HELP = """\
 usage: locus pages PID [--array ADDR:LEN]... [--trace FILE] [options]
@@ -56,23 +57,6 @@ the kernel shows frame number 0 to others).
 """
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-class Fail(Exception):
-    def __init__(self, msg, status=1):
-        Exception.__init__(self, msg)
-        self.status = status
-
-
-def parse_size(text):
-    t = text.strip().upper().replace("IB", "").rstrip("B")
-    mult = 1
-    if t and t[-1] in "KMGT":
-        mult = 1 << (10 * ("KMGT".index(t[-1]) + 1))
-        t = t[:-1]
-    if not t.isdigit():
-        raise ValueError(text)
-    return int(t) * mult
 
 
 def parse_addr(text):
