@@ -145,42 +145,68 @@ static NOINLINE void free_other(void *p, region_t *r, const char *fn) {
               (unsigned)r->kind);
 }
 
-/* Out of line: keeps the local fast path free of callee-saved registers. */
-static NOINLINE void free_small_remote(chunk_t *c, void *p, const char *fn) {
-  size_t idx;
-  run_t *run = small_check(c, p, fn, &idx);
-  small_free_remote(c->r.heap, run, p);
-}
-
-static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const char *fn) {
-  size_t idx;
-  run_t *run = small_check(c, p, fn, &idx);
-  if (unlikely(idx >= run->carved)) bad_small(p, fn, true);
-  small_free_local(h, c, run, p);
-}
-
-static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
-  heap_t *h = locus_tls_heap;
-  /* Most frees hit the chunk the owner allocates from: no registry walk. */
-  if (likely(h && (uintptr_t)p - h->hot < CHUNK_SIZE)) {
-    free_small_local(h, (chunk_t *)h->hot, p, fn);
-    return;
-  }
+/* Frees not found in the calling thread's frame table: through the registry. */
+static NOINLINE void free_slow(heap_t *h, void *p, const char *fn) {
   if (unlikely(!p)) return;
   uintptr_t t = registry_find(p);
   chunk_t *c = (chunk_t *)(t - REGION_SMALL);
   /* Small chunks have a fixed size: no header read to know the kind or bounds. */
   if (likely((t & REG_KIND_MASK) == REGION_SMALL && (uintptr_t)p - (uintptr_t)c < CHUNK_SIZE)) {
-    if (likely(c->r.heap == h)) {
-      free_small_local(h, c, p, fn);
-    } else if (c->r.heap->main == h) {   /* a placed sub-heap of this thread */
-      free_small_local(c->r.heap, c, p, fn);
+    size_t idx;
+    run_t *run = small_check(c, p, fn, &idx);
+    heap_t *owner = c->r.heap;
+    if (owner == h || (h && owner->main == h)) {   /* this thread's heap or a placed sub-heap of it */
+      if (unlikely(idx >= run->carved)) bad_small(p, fn, true);
+      small_free_local(owner, c, run, p, block_tag(p));
     } else {
-      free_small_remote(c, p, fn);
+      small_free_remote(owner, run, p);
     }
     return;
   }
   free_other(p, registry_lookup(p), fn);
+}
+
+/* A local free that failed a check: says which (never returns). Reached by
+ * a tail jump, so the fast path needs no stack frame: GCC must not learn
+ * that it does not return (it would call it, and the fast path would need a
+ * frame for the call). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NO_IPA __attribute__((noipa))
+#else
+#define NO_IPA NOINLINE
+#endif
+static NO_IPA void free_local_bad(chunk_t *c, void *p, const char *fn) {
+  size_t idx;
+  run_t *run = small_check(c, p, fn, &idx);
+  if (idx >= run->carved) bad_small(p, fn, true);
+  locus_fatal("%s(): invalid pointer %p (small block check failed)", fn, p);
+}
+
+/* The owner's free. Checks, each a branch to free_local_bad: the offset is
+ * a block start (reciprocal multiply) of a carved block (carved <= capacity,
+ * so capacity need not be checked), and the block does not carry the freed
+ * tag (double free). */
+static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const char *fn) {
+  size_t o = (uintptr_t)p - (uintptr_t)c;
+  _Static_assert(sizeof(run_t) == 64, "run descriptors are indexed by a shift");
+  run_t *run = (run_t *)((char *)c->runs + ((o >> (RUN_SHIFT - 6)) & ~(size_t)63));
+  size_t off = o & (RUN_SIZE - 1);
+  size_t idx = (off * run->recip) >> 32;
+  if (unlikely(idx * run->bsize != off)) return free_local_bad(c, p, fn);
+  if (unlikely(idx >= run->carved)) return free_local_bad(c, p, fn);
+  uintptr_t tag = block_tag(p);
+  if (unlikely(((const uintptr_t *)p)[1] == tag)) return free_local_bad(c, p, fn);
+  small_free_local(h, c, run, p, tag);
+}
+
+static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
+  heap_t *h = locus_tls_heap;
+  /* The owner's frees find their chunk in the heap's frame table: no registry walk. */
+  if (likely(h)) {
+    uintptr_t c = heap_frame_find(h, p);
+    if (likely((uintptr_t)p - c < CHUNK_SIZE)) return free_small_local(h, (chunk_t *)c, p, fn);
+  }
+  free_slow(h, p, fn);
 }
 
 LOCUS_EXPORT void locus_free(void *p) { free_impl(p, "free"); }

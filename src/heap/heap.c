@@ -28,8 +28,9 @@ LOCUS_TLS heap_t *locus_tls_heap;
 uint64_t locus_free_key;
 run_t locus_empty_run = {.state = RUN_FULL};
 heap_t locus_oom_heap = {
-  .cur = {[0 ... NUM_CLASSES - 1] = &locus_empty_run}, .hot = HOT_NONE, .main = &locus_oom_heap,
-  .place = PLACE_MAIN, .node = -1, .state = HEAP_DEAD};
+  .cur = {[0 ... NUM_CLASSES - 1] = &locus_empty_run}, .main = &locus_oom_heap,
+  .place = PLACE_MAIN, .node = -1, .state = HEAP_DEAD,
+  .frames = {[0 ... HEAP_FRAMES - 1] = {HOT_NONE, HOT_NONE}}};
 atomic_int locus_init_state;
 
 static lock_t heaps_lock;           /* guards all_heaps, orphans, the record arena */
@@ -63,7 +64,7 @@ static heap_t *heap_new_locked(void) {
   if (!h) return NULL;
   memset(h, 0, sizeof *h);
   heap_reset_classes(h);
-  h->hot = HOT_NONE;
+  heap_frames_clear(h);
   h->main = h;
   h->place = PLACE_MAIN;
   h->next_all = all_heaps;
@@ -189,9 +190,33 @@ static void chunk_unlink(heap_t *h, chunk_t *c) {
   heap_stat_add_shared(&h->st_chunk_bytes, -c->r.size);
 }
 
+_Static_assert(CHUNK_SIZE == (size_t)1 << 22, "heap_frame_of assumes 4 MiB chunks");
+
+void heap_frames_clear(heap_t *h) {
+  for (unsigned i = 0; i < HEAP_FRAMES; i++) {
+    atomic_store_explicit(&h->frames[i].inside, HOT_NONE, memory_order_relaxed);
+    atomic_store_explicit(&h->frames[i].cover, HOT_NONE, memory_order_relaxed);
+  }
+}
+
+void heap_frames_add(heap_t *h, uintptr_t c) {
+  atomic_store_explicit(&h->frames[heap_frame_of(c)].inside, c, memory_order_relaxed);
+  atomic_store_explicit(&h->frames[heap_frame_of(c + CHUNK_SIZE - 1)].cover, c, memory_order_relaxed);
+}
+
+/* Before the chunk can go anywhere (release stores: a thread that gets the
+ * memory next and hands a block of it to the owner has seen the entry go). */
+void heap_frames_remove(heap_t *h, uintptr_t c) {
+  unsigned a = heap_frame_of(c), b = heap_frame_of(c + CHUNK_SIZE - 1);
+  if (atomic_load_explicit(&h->frames[a].inside, memory_order_relaxed) == c)
+    atomic_store_explicit(&h->frames[a].inside, HOT_NONE, memory_order_release);
+  if (atomic_load_explicit(&h->frames[b].cover, memory_order_relaxed) == c)
+    atomic_store_explicit(&h->frames[b].cover, HOT_NONE, memory_order_release);
+}
+
 void heap_chunk_release(heap_t *h, chunk_t *c) {
   chunk_unlink(h, c);
-  if (h->hot == (uintptr_t)c) h->hot = HOT_NONE;
+  if (c->r.kind == REGION_SMALL) heap_frames_remove(h, (uintptr_t)c);
   if (!h->spare && c->r.size == CHUNK_SIZE && h->state == HEAP_LIVE) {
     h->spare = c;
     h->spare_ns = adapt_active() ? adapt_now() : 0;
@@ -202,8 +227,8 @@ void heap_chunk_release(heap_t *h, chunk_t *c) {
 }
 
 void heap_chunk_drop(heap_t *h, chunk_t *c) {
-  LOCUS_ASSERT(h->hot != (uintptr_t)c);
   chunk_unlink(h, c);
+  if (c->r.kind == REGION_SMALL) heap_frames_remove(h, (uintptr_t)c);
   registry_remove(&c->r);
   source_free(&c->r);
 }
@@ -238,6 +263,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   if (kind == REGION_SMALL) {
     c->free_runs = ~(uint64_t)1;       /* run 0 holds this header */
     memset(c->runs, 0, sizeof c->runs);  /* RUN_FREE, capacity 0: no pointer is valid yet */
+    if (c->r.size == CHUNK_SIZE) heap_frames_add(h, (uintptr_t)c);
   } else {
     medium_chunk_init(h, c);
   }
@@ -277,10 +303,10 @@ void heap_collect(heap_t *h) {
   }
 }
 
-/* Remote retires read `hot` under the heap lock. */
+/* Nobody's free path reads an orphan's frame table. */
 static void heap_forget_hot(heap_t *h) {
   heap_lock(h);
-  h->hot = HOT_NONE;
+  heap_frames_clear(h);
   heap_unlock(h);
 }
 
@@ -294,8 +320,8 @@ static void heap_abandon(void *arg) {
   lock_acquire(&heaps_lock);
   heap_set_state(h, HEAP_ORPHAN);
   h->tid = 0;
-  /* No free path reads an orphan's hot chunk: forgetting it lets a remote
-   * free that empties the chunk give it back (small_run_retire). */
+  /* No free path reads an orphan's frame table: it is cleared (and filled
+   * again by the runs of a thread that adopts the heap). */
   heap_forget_hot(h);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
     if (h->placed[i]) heap_set_state(h->placed[i], HEAP_ORPHAN), h->placed[i]->tid = 0, heap_forget_hot(h->placed[i]);
@@ -323,8 +349,7 @@ void heaps_collect_orphans(bool wait) {
   if (wait) lock_acquire(&heaps_lock);
   else if (!lock_try(&heaps_lock)) return;
   /* On request (wait: locus_release/locus_collect) every orphan is walked:
-   * runs emptied by remote frees leave no trace on the stacks, and a chunk
-   * they could not return (the orphan's hot chunk) goes back here. */
+   * runs emptied by remote frees leave no trace on the stacks. */
   for (heap_t *h = orphans; h; h = h->next_orphan) {
     if (wait || heap_has_remote(h)) heap_collect(h);
     for (int i = 0; i <= PLACE_INTERLEAVE; i++)

@@ -78,6 +78,8 @@ typedef struct mblock_s {
 
 typedef struct { mblock_t *head, *tail; } mbin_t;
 
+#define HEAP_FRAMES 64           /* entries of heap_t.frames: 256 MiB of address space */
+
 typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
 
 /* Placement of a heap: a thread's main heap serves malloc; its placed
@@ -88,8 +90,6 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
 
 typedef struct heap_s {
   run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel) */
-  uintptr_t hot;               /* small chunk that got the latest run, or HOT_NONE:
-                                  frees into it skip the registry */
   run_t *partial[NUM_CLASSES]; /* other non-full runs of the class, oldest first */
   run_t *partial_tail[NUM_CLASSES];
   _Atomic(void *) remote;      /* MPSC stack of medium blocks freed by other threads */
@@ -119,6 +119,19 @@ typedef struct heap_s {
   atomic_size_t st_large_bytes;    /* live large blocks allocated by this heap's threads */
   atomic_size_t st_large_allocs;
   atomic_size_t st_remote_frees;   /* blocks freed by other threads, drained */
+  /* The heap's own small chunks by address, so that the owner's free finds
+   * the chunk of its block without the registry (chunks are not aligned on
+   * their size: Valat, PhD thesis, 2014, §3.4). Direct-mapped on the 4 MiB
+   * frame of the address: a chunk covers the frame it starts in (`inside`)
+   * and the next one (`cover`); a chunk whose slot is taken by another just
+   * takes the registry path. Empty entries hold HOT_NONE.
+   * Invariant: a non-empty entry names a small chunk of this heap on
+   * h->small_chunks (validated in the debug build). Entries are written
+   * under h->lock (the owner's run_new, the chunk release of the owner or
+   * of a remote free retiring the last run) and read by the owner without
+   * it: a valid free keeps its chunk alive, and the bound check rejects an
+   * entry that does not contain the block. */
+  struct { _Atomic(uintptr_t) inside, cover; } frames[HEAP_FRAMES];
 } heap_t;
 
 /* A heap's state is written under heaps_lock and read without it by a
@@ -140,6 +153,24 @@ static inline void heap_stat_add_shared(atomic_size_t *c, size_t n) {
 void heaps_report(void (*line)(void *, const heap_t *), void *ctx);
 
 #define HOT_NONE ((uintptr_t)1 << 63)   /* p - HOT_NONE >= CHUNK_SIZE for every user address */
+static ALWAYS_INLINE unsigned heap_frame_of(uintptr_t a) {
+  return (unsigned)(a >> 22) & (HEAP_FRAMES - 1);   /* 22: log2(CHUNK_SIZE) */
+}
+/* The chunk of h that may contain p (the caller checks p - c < CHUNK_SIZE),
+ * or HOT_NONE. The owner's free path. */
+static ALWAYS_INLINE uintptr_t heap_frame_find(const heap_t *h, const void *p) {
+  _Static_assert(sizeof h->frames[0] == 16, "frame entries are indexed by a shift");
+  /* the entry's byte offset in one shift and one mask (heap_frame_of * 16) */
+  uintptr_t o = ((uintptr_t)p >> (22 - 4)) & ((uintptr_t)(HEAP_FRAMES - 1) << 4);
+  const _Atomic(uintptr_t) *e = (const _Atomic(uintptr_t) *)((const char *)h->frames + o);
+  uintptr_t in = atomic_load_explicit(&e[0], memory_order_relaxed);
+  uintptr_t cv = atomic_load_explicit(&e[1], memory_order_relaxed);
+  return (uintptr_t)p >= in ? in : cv;
+}
+/* Records / forgets a small chunk of h (h->lock held, or h private). */
+void heap_frames_add(heap_t *h, uintptr_t c);
+void heap_frames_remove(heap_t *h, uintptr_t c);
+void heap_frames_clear(heap_t *h);
 
 /* The TLS model is a build option: initial-exec (one load, for LD_PRELOAD and
  * linking) or the dynamic model that dlopen always accepts. */
@@ -271,15 +302,12 @@ void small_unpark(heap_t *h);
  * its chunk. So the rare cases (the run becomes empty, or was full) are
  * decided before the decrement, while the block being freed still keeps the
  * run alive, and are done under the lock. */
-static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p) {
+static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
   LOCUS_ASSERT(run->used > 0 && run->used <= run->carved && run->carved <= run->capacity);
   void **b = p;
-  b[0] = run->free;
-  b[1] = (void *)block_tag(b);
-  if (unlikely(run->used == 1 || run->state == RUN_FULL)) {
-    small_free_update(h, c, run, b);
-    return;
-  }
+  b[1] = (void *)tag;
+  if (unlikely(run->used == 1 || run->state == RUN_FULL)) return small_free_update(h, c, run, b);
+  b[0] = run->free;                    /* after the branch: two plain stores, not a vector pack */
   run->free = b;
   run_used_dec(run);
 }

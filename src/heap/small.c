@@ -112,7 +112,6 @@ static run_t *run_new(heap_t *h, unsigned cls, chunk_t **out) {
   }
   run_t *run = &c->runs[i];
   run_init(run, cls);
-  h->hot = (uintptr_t)c;
   *out = c;
   return run;
 }
@@ -303,7 +302,7 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
   c->free_runs |= (uint64_t)1 << i;
   if (c->free_runs != ~(uint64_t)1) return;
   if (owner) heap_chunk_release(h, c);
-  else if (h->hot != (uintptr_t)c) heap_chunk_drop(h, c);   /* the owner's free path reads hot */
+  else heap_chunk_drop(h, c);          /* leaves the owner's frame table first */
 }
 
 /* Ends a run's full period: back on the partial list; a notification still
@@ -336,8 +335,8 @@ NOINLINE void small_free_update(heap_t *h, chunk_t *c, run_t *run, void **b) {
  * current (the owner's malloc pops only there without the lock), every
  * handed-out block on thread_free (so the owner holds none and cannot free
  * into it): then the run is taken back and retired here, and its chunk goes
- * to the source when it was the last run (unless it is the owner's hot
- * chunk, which the owner's free path reads without the lock). */
+ * to the source when it was the last run (after leaving the owner's frame
+ * table, which the owner's free path reads without the lock). */
 NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
   /* Waiting is short: the lock is held only by the owner's slow path and by
    * other frees like this one, once per emptied run. */
@@ -400,7 +399,7 @@ void small_collect_all(heap_t *h, bool park) {
   while (c) {
     chunk_t *next = c->next;           /* c may go back to the source */
     uint64_t live = ~c->free_runs & ~(uint64_t)1;
-    if (!live) {                       /* emptied by remote frees while it was hot */
+    if (!live) {                       /* every run retired (not expected: the last retire releases it) */
       heap_chunk_release(h, c);
       c = next;
       continue;
@@ -420,6 +419,7 @@ void small_collect_all(heap_t *h, bool park) {
  * were parked full; those with free blocks serve again. */
 void small_unpark(heap_t *h) {
   small_collect_all(h, false);
+  for (chunk_t *c = h->small_chunks; c; c = c->next) heap_frames_add(h, (uintptr_t)c);
   for (chunk_t *c = h->small_chunks; c; c = c->next)
     for (unsigned i = 1; i < RUNS_PER_CHUNK; i++) {
       run_t *run = &c->runs[i];

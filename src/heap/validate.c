@@ -126,10 +126,25 @@ static void check_medium(heap_t *h) {
   if (listed != free_blocks) FAIL("%zu free medium blocks, %zu on the bins", free_blocks, listed);
 }
 
+/* Every entry of the frame table names a small chunk of h (heap.h). */
+static void check_frames(heap_t *h) {
+  for (unsigned i = 0; i < HEAP_FRAMES; i++)
+    for (int k = 0; k < 2; k++) {
+      uintptr_t e = atomic_load_explicit(k ? &h->frames[i].cover : &h->frames[i].inside, memory_order_relaxed);
+      if (e == HOT_NONE) continue;
+      chunk_t *c = h->small_chunks;
+      while (c && (uintptr_t)c != e) c = c->next;
+      if (!c) FAIL("frame table entry %u.%d: %p is not a small chunk of the heap", i, k, (void *)e);
+      if (heap_frame_of(k ? e + CHUNK_SIZE - 1 : e) != i)
+        FAIL("frame table entry %u.%d: chunk %p belongs in another entry", i, k, (void *)e);
+    }
+}
+
 void heap_validate(heap_t *h) {
   if (h == &locus_oom_heap) return;
   heap_lock(h);              /* a remote free may retire a run meanwhile */
   check_small(h);
+  check_frames(h);
   heap_unlock(h);
   check_medium(h);
   if (h->spare && registry_lookup(h->spare) != &h->spare->r) FAIL("spare chunk %p is not recorded", h->spare);
