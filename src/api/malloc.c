@@ -30,7 +30,7 @@ static ALWAYS_INLINE void *small_alloc(heap_t *h, unsigned cls) {
   void **b = run->free;
   if (likely(b)) {
     run->free = b[0];
-    run_used_set(run, run->used + 1u);
+    run_used_inc(run);
     b[1] = NULL;                       /* clears the freed-block tag */
     return b;
   }
@@ -59,9 +59,17 @@ void *heap_malloc(heap_t *h, size_t size) {
   return big_alloc_in(h, size, ALIGN_MIN, false);
 }
 
-LOCUS_EXPORT void *locus_malloc(size_t size) {
-  if (likely(size <= SMALL_MAX)) return small_alloc(heap_get(), size_class(size));
+/* malloc without a heap yet, or of a medium or large block. */
+static NOINLINE void *malloc_other(size_t size) {
+  if (size <= SMALL_MAX) return small_alloc(heap_get(), size_class(size));
   return big_alloc(size, ALIGN_MIN, false);
+}
+
+/* Both exits of the fast path are tail jumps: no stack frame. */
+LOCUS_EXPORT void *locus_malloc(size_t size) {
+  heap_t *h = locus_tls_heap;
+  if (likely(size <= SMALL_MAX && h)) return small_alloc(h, size_class(size));
+  return malloc_other(size);
 }
 
 /* Smallest class at least `size` whose blocks are all `align`-aligned: runs

@@ -390,6 +390,7 @@ static void heaps_fork_parent(void) {
   lock_release(&heaps_lock);
 }
 static void heaps_fork_child(void) {
+  for (heap_t *h = all_heaps; h; h = h->next_all) small_fork_child(h);
   for (heap_t *h = all_heaps; h; h = h->next_all) heap_unlock(h);
   heap_t *self = locus_tls_heap;
   for (heap_t *h = all_heaps; h; h = h->next_all)

@@ -272,6 +272,10 @@ static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
   __atomic_signal_fence(__ATOMIC_RELEASE);
   return --run->used;
 }
+static ALWAYS_INLINE void run_used_inc(run_t *run) {   /* one add to memory */
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  run->used++;
+}
 #else
 static ALWAYS_INLINE void run_used_set(run_t *run, unsigned v) {
   __atomic_store_n(&run->used, (uint16_t)v, __ATOMIC_RELEASE);
@@ -281,6 +285,7 @@ static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
   __atomic_store_n(&run->used, (uint16_t)v, __ATOMIC_RELEASE);
   return v;
 }
+static ALWAYS_INLINE void run_used_inc(run_t *run) { run_used_set(run, run->used + 1u); }
 #endif
 void *small_alloc_slow(heap_t *h, unsigned cls);
 /* The owner's free of b when the run is full or b is its last block (under the lock). */
@@ -295,6 +300,9 @@ size_t small_collect(heap_t *h, chunk_t *c, run_t *run);
  * (a heap with no thread: its notify stack then says it has work). */
 void small_collect_all(heap_t *h, bool park);
 void small_unpark(heap_t *h);
+/* fork() child, every heap lock held: ends notifications that a thread which
+ * is gone left half done (a run left TF_NOTIFYING would block its frees). */
+void small_fork_child(heap_t *h);
 /* The owner's free: onto the run's free list.
  * Invariant: the owner never touches a run after publishing a decrement of
  * `used` without the heap lock. Once the count drops, a remote free of the

@@ -426,3 +426,26 @@ void small_unpark(heap_t *h) {
       if (run->state == RUN_FULL && run->free) run_unfull(h, run);
     }
 }
+
+/* fork() child: a thread that no longer exists may have been between the
+ * two steps of small_notify (state TF_NOTIFYING, the run pushed on the owner's
+ * notify stack or not yet). Every later remote free into the run, and the
+ * owner's retire, would wait for that thread forever. The child has one
+ * thread and every heap lock is held (taken by the fork handlers): the push
+ * is finished here if it was not done, and the state cleared. */
+void small_fork_child(heap_t *h) {
+  for (chunk_t *c = h->small_chunks; c; c = c->next)
+    for (unsigned i = 1; i < RUNS_PER_CHUNK; i++) {
+      run_t *run = &c->runs[i];
+      uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
+      if (run->state == RUN_FREE || !(tf & TF_NOTIFYING)) continue;
+      run_t *r = atomic_load_explicit(&h->notify, memory_order_relaxed);
+      while (r && r != run) r = atomic_load_explicit(&r->notify_next, memory_order_relaxed);
+      if (!r) {                        /* the push had not happened */
+        atomic_store_explicit(&run->notify_next, atomic_load_explicit(&h->notify, memory_order_relaxed),
+                              memory_order_relaxed);
+        atomic_store_explicit(&h->notify, run, memory_order_relaxed);
+      }
+      atomic_store_explicit(&run->thread_free, tf & ~TF_STATE_MASK, memory_order_relaxed);
+    }
+}

@@ -10,7 +10,10 @@
  *   takes the list back: the walk is bounded, no cycle is followed;
  * - the owner and another thread freeing a full run's last two blocks at
  *   the same moment: the run is retired once (the owner decides before it
- *   publishes its decrement), the heap stays valid. */
+ *   publishes its decrement), the heap stays valid;
+ * - fork() while a thread is between the two steps of telling an owner that
+ *   its full run got a remote free (TF_NOTIFYING): the child's frees into
+ *   that run do not wait forever for a thread it does not have. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <semaphore.h>
@@ -239,7 +242,61 @@ static void test_last_two_frees_race(void) {
   locus_heap_check();
 }
 
+/* ---- fork() while a remote free is telling the owner about a full run */
+#define FORK_N 1100                    /* 1024 blocks of 64 B fill a run: the first one is full */
+static void *fork_blocks[FORK_N];
+static sem_t fork_made, fork_quit;
+
+static void *fork_owner(void *arg) {
+  for (int i = 0; i < FORK_N; i++) CHECK((fork_blocks[i] = malloc(64)) != NULL, "malloc");
+  sem_post(&fork_made);
+  sem_wait(&fork_quit);                /* alive (its heap LIVE) until the parent is done */
+  return arg;
+}
+
+static void test_fork_notifying(void) {
+  sem_init(&fork_made, 0, 0);
+  sem_init(&fork_quit, 0, 0);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, fork_owner, NULL) == 0, "pthread_create");
+  sem_wait(&fork_made);
+  chunk_t *c = (chunk_t *)registry_lookup(fork_blocks[0]);
+  size_t off;
+  run_t *run = chunk_run_of(c, fork_blocks[0], &off);
+  heap_t *owner = c->r.heap;
+  uintptr_t tf = atomic_load(&run->thread_free);
+  CHECK(run->state == RUN_FULL && (tf & TF_STATE_MASK) == TF_FULL, "run not marked full (state %u, tf %#lx)",
+        run->state, (unsigned long)tf);
+  /* What small_free_remote leaves between its CAS and small_notify: the
+   * block pushed, the state TF_NOTIFYING, the run not yet on the stack. */
+  void **b = fork_blocks[0];
+  b[0] = NULL;
+  b[1] = (void *)block_tag(b);
+  atomic_store(&run->thread_free, (uintptr_t)b | TF_COUNT_ONE | TF_NOTIFYING);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    alarm(30);                         /* a hang is a SIGALRM, not a stuck ctest */
+    for (int i = 1; i < FORK_N; i++) free(fork_blocks[i]);   /* remote frees, run 0 first */
+    for (int i = 0; i < 100000; i++) free(malloc(64));
+    locus_collect();
+    _exit(0);
+  }
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+  printf("fork while notifying: child %s %d\n", WIFSIGNALED(st) ? "killed by signal" : "exited with",
+         WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child hung or failed (status %#x)", st);
+  small_notify(owner, run);            /* the parent's "thread" finishes its step */
+  for (int i = 1; i < FORK_N; i++) free(fork_blocks[i]);
+  sem_post(&fork_quit);
+  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  locus_collect();
+  locus_heap_check();
+}
+
 int main(void) {
+  test_fork_notifying();
   test_last_two_frees_race();
   test_double_push_reported();
   test_producer_reuses();
