@@ -180,7 +180,9 @@ void heap_frames_clear(heap_t *h);
 #define LOCUS_TLS __thread __attribute__((tls_model("initial-exec")))
 #endif
 extern LOCUS_TLS heap_t *locus_tls_heap;
-extern uint64_t locus_free_key;        /* tags freed blocks, see block_tag() */
+/* hidden on the declaration too: one load relative to the instruction
+ * pointer instead of an address from the GOT then a load */
+extern uint64_t locus_free_key __attribute__((visibility("hidden")));   /* tags freed blocks, see block_tag() */
 extern run_t locus_empty_run;          /* cur[] sentinel: never has free blocks */
 /* Returned by heap_get when no heap could be made (the OS refused memory).
  * Its runs are all the sentinel, so small allocations reach the slow path,
@@ -290,6 +292,8 @@ static ALWAYS_INLINE void run_used_inc(run_t *run) { run_used_set(run, run->used
 void *small_alloc_slow(heap_t *h, unsigned cls);
 /* The owner's free of b when the run is full or b is its last block (under the lock). */
 void small_free_update(heap_t *h, chunk_t *c, run_t *run, void **b);
+/* The owner's free emptied the run: retired unless current (under the lock). */
+void small_free_emptied(heap_t *h, chunk_t *c, run_t *run);
 void small_notify(heap_t *owner, run_t *run);
 void small_free_last(heap_t *owner, run_t *run, void *p);
 /* Owner side: moves thread_free onto `free`; returns the blocks taken. */
@@ -305,19 +309,24 @@ void small_unpark(heap_t *h);
 void small_fork_child(heap_t *h);
 /* The owner's free: onto the run's free list.
  * Invariant: the owner never touches a run after publishing a decrement of
- * `used` without the heap lock. Once the count drops, a remote free of the
- * run's last other block may retire the run (small_free_last) and release
- * its chunk. So the rare cases (the run becomes empty, or was full) are
+ * `used` to a value above 0 without the heap lock. Once the count drops, a
+ * remote free of the run's last other block may retire the run
+ * (small_free_last) and release its chunk. So the rare case of a full run is
  * decided before the decrement, while the block being freed still keeps the
- * run alive, and are done under the lock. */
+ * run alive, and is done under the lock. A decrement to 0 leaves no block
+ * for a remote free to come with: the owner retires the run (under the
+ * lock) after it. */
 static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
   LOCUS_ASSERT(run->used > 0 && run->used <= run->carved && run->carved <= run->capacity);
   void **b = p;
   b[1] = (void *)tag;
-  if (unlikely(run->used == 1 || run->state == RUN_FULL)) return small_free_update(h, c, run, b);
+  if (unlikely(run->state == RUN_FULL)) return small_free_update(h, c, run, b);
   b[0] = run->free;                    /* after the branch: two plain stores, not a vector pack */
   run->free = b;
-  run_used_dec(run);
+  /* Emptied: no block of the run is handed out or on thread_free (both
+   * count in `used`), so no valid remote free can touch it any more: the
+   * retire is decided after the decrement (one branch on its flags). */
+  if (unlikely(run_used_dec(run) == 0)) return small_free_emptied(h, c, run);
 }
 /* Another thread's free: one CAS on the run's thread_free, none on the heap,
  * except the first free into a full run, which tells the owner (small_notify). */

@@ -317,7 +317,8 @@ static void run_unfull(heap_t *h, run_t *run) {
   partial_push(h, run);
 }
 
-/* Rare cases of a local free: the run was full, or became empty. */
+/* The rare case of a local free decided before the decrement: the run was
+ * full (it may also become empty). */
 NOINLINE void small_free_update(heap_t *h, chunk_t *c, run_t *run, void **b) {
   heap_lock(h);
   /* b is still counted in `used`: no remote free can have retired the run. */
@@ -327,6 +328,13 @@ NOINLINE void small_free_update(heap_t *h, chunk_t *c, run_t *run, void **b) {
   run_used_dec(run);
   if (run->state == RUN_FULL) run_unfull(h, run);
   if (run->used == 0 && h->cur[run->cls] != run) small_run_retire(h, c, run, true);
+  heap_unlock(h);
+}
+
+NOINLINE void small_free_emptied(heap_t *h, chunk_t *c, run_t *run) {
+  heap_lock(h);
+  LOCUS_ASSERT(run->used == 0 && run->state == RUN_ACTIVE);
+  if (h->cur[run->cls] != run) small_run_retire(h, c, run, true);
   heap_unlock(h);
 }
 
