@@ -13,7 +13,7 @@ typedef struct {
     long rounds;
     size_t batch, lo, hi;
     uint64_t seed, asum, fsum;
-    pthread_barrier_t *start, *end;
+    ab_team_t *team;
 } arg_t;
 
 static void *worker(void *vp) {
@@ -22,12 +22,12 @@ static void *worker(void *vp) {
     void **p = (void **)bench_xmalloc(a->batch * sizeof *p);
     for (size_t i = 0; i < a->batch; i++) p[i] = NULL; /* page the array in before timing */
     uint64_t tag = (uint64_t)a->id << 40, asum = 0, fsum = 0;
-    pthread_barrier_wait(a->start);
+    ab_team_start(a->team);
     for (long k = 0; k < a->rounds; k++) {
         for (size_t i = 0; i < a->batch; i++) p[i] = ab_alloc(ab_size(rng_next(&r), a->lo, a->hi), tag++, &asum);
         for (size_t i = 0; i < a->batch; i++) ab_free(p[i], &fsum, "ab_batch");
     }
-    pthread_barrier_wait(a->end);
+    ab_team_end(a->team);
     free(p);
     a->asum = asum;
     a->fsum = fsum;
@@ -53,22 +53,13 @@ int main(int argc, char **argv) {
     else
         snprintf(name, sizeof name, "ab_batch_%dt", a.threads);
     bench_name = name;
-    pthread_t th[a.threads];
     arg_t args[a.threads];
-    pthread_barrier_t start, end;
-    pthread_barrier_init(&start, NULL, (unsigned)a.threads + 1);
-    pthread_barrier_init(&end, NULL, (unsigned)a.threads + 1);
-    for (int t = 0; t < a.threads; t++) {
-        args[t] = (arg_t){t, rounds, batch, lo, hi, a.seed, 0, 0, &start, &end};
-        bench_spawn(&th[t], worker, &args[t]);
-    }
-    pthread_barrier_wait(&start);
-    double t0 = now_s(), c0 = cpu_s();
-    pthread_barrier_wait(&end);
-    double el = now_s() - t0, cpu = cpu_s() - c0;
+    ab_team_t team;
+    for (int t = 0; t < a.threads; t++) args[t] = (arg_t){t, rounds, batch, lo, hi, a.seed, 0, 0, &team};
+    double el, cpu;
+    ab_team_run(&team, a.threads, worker, args, sizeof args[0], &el, &cpu);
     uint64_t asum = 0, fsum = 0;
     for (int t = 0; t < a.threads; t++) {
-        pthread_join(th[t], NULL);
         asum += args[t].asum;
         fsum += args[t].fsum;
     }

@@ -15,7 +15,7 @@ typedef struct {
     size_t nslots, lo, hi;
     _Atomic(void *) *slots;
     uint64_t seed, asum, fsum;
-    pthread_barrier_t *start, *end;
+    ab_team_t *team;
 } arg_t;
 
 static void *worker(void *vp) {
@@ -23,14 +23,14 @@ static void *worker(void *vp) {
     rng_t r = rng_seed(a->seed + (uint64_t)a->id * 1000003);
     uint64_t tag = (uint64_t)a->id << 40, asum = 0, fsum = 0;
     size_t mask = a->nslots - 1;
-    pthread_barrier_wait(a->start);
+    ab_team_start(a->team);
     for (long k = 0; k < a->ops; k++) {
         uint64_t x = rng_next(&r);
         void *p = ab_alloc(ab_size(x, a->lo, a->hi), tag++, &asum);
         void *old = atomic_exchange_explicit(&a->slots[x & mask], p, memory_order_acq_rel);
         if (old) ab_free(old, &fsum, "ab_exchange");
     }
-    pthread_barrier_wait(a->end);
+    ab_team_end(a->team);
     a->asum = asum;
     a->fsum = fsum;
     return NULL;
@@ -48,22 +48,13 @@ int main(int argc, char **argv) {
     bench_name = name;
     _Atomic(void *) *slots = (_Atomic(void *) *)bench_xmalloc(nslots * sizeof *slots);
     for (size_t i = 0; i < nslots; i++) atomic_init(&slots[i], NULL);
-    pthread_t th[a.threads];
     arg_t args[a.threads];
-    pthread_barrier_t start, end;
-    pthread_barrier_init(&start, NULL, (unsigned)a.threads + 1);
-    pthread_barrier_init(&end, NULL, (unsigned)a.threads + 1);
-    for (int t = 0; t < a.threads; t++) {
-        args[t] = (arg_t){t, ops, nslots, lo, hi, slots, a.seed, 0, 0, &start, &end};
-        bench_spawn(&th[t], worker, &args[t]);
-    }
-    pthread_barrier_wait(&start);
-    double t0 = now_s(), c0 = cpu_s();
-    pthread_barrier_wait(&end);
-    double el = now_s() - t0, cpu = cpu_s() - c0;
+    ab_team_t team;
+    for (int t = 0; t < a.threads; t++) args[t] = (arg_t){t, ops, nslots, lo, hi, slots, a.seed, 0, 0, &team};
+    double el, cpu;
+    ab_team_run(&team, a.threads, worker, args, sizeof args[0], &el, &cpu);
     uint64_t asum = 0, fsum = 0;
     for (int t = 0; t < a.threads; t++) {
-        pthread_join(th[t], NULL);
         asum += args[t].asum;
         fsum += args[t].fsum;
     }

@@ -14,7 +14,7 @@ typedef struct {
     long iters;
     size_t slots, lo, hi;
     uint64_t seed, asum, fsum;
-    pthread_barrier_t *start, *end;
+    ab_team_t *team;
 } arg_t;
 
 static void *worker(void *vp) {
@@ -24,14 +24,14 @@ static void *worker(void *vp) {
     uint64_t tag = (uint64_t)a->id << 40, asum = 0, fsum = 0;
     size_t mask = a->slots - 1;
     for (size_t i = 0; i < a->slots; i++) w[i] = ab_alloc(ab_size(rng_next(&r), a->lo, a->hi), tag++, &asum);
-    pthread_barrier_wait(a->start);
+    ab_team_start(a->team);
     for (long k = 0; k < a->iters; k++) {
         uint64_t x = rng_next(&r);
         size_t i = (size_t)x & mask;
         ab_free(w[i], &fsum, "ab_random");
         w[i] = ab_alloc(ab_size(x, a->lo, a->hi), tag++, &asum);
     }
-    pthread_barrier_wait(a->end);
+    ab_team_end(a->team);
     for (size_t i = 0; i < a->slots; i++) ab_free(w[i], &fsum, "ab_random final");
     free(w);
     a->asum = asum;
@@ -49,22 +49,13 @@ int main(int argc, char **argv) {
     char name[64];
     snprintf(name, sizeof name, "ab_random_%dt", a.threads);
     bench_name = name;
-    pthread_t th[a.threads];
     arg_t args[a.threads];
-    pthread_barrier_t start, end;
-    pthread_barrier_init(&start, NULL, (unsigned)a.threads + 1);
-    pthread_barrier_init(&end, NULL, (unsigned)a.threads + 1);
-    for (int t = 0; t < a.threads; t++) {
-        args[t] = (arg_t){t, iters, slots, lo, hi, a.seed, 0, 0, &start, &end};
-        bench_spawn(&th[t], worker, &args[t]);
-    }
-    pthread_barrier_wait(&start);
-    double t0 = now_s(), c0 = cpu_s();
-    pthread_barrier_wait(&end);
-    double el = now_s() - t0, cpu = cpu_s() - c0;
+    ab_team_t team;
+    for (int t = 0; t < a.threads; t++) args[t] = (arg_t){t, iters, slots, lo, hi, a.seed, 0, 0, &team};
+    double el, cpu;
+    ab_team_run(&team, a.threads, worker, args, sizeof args[0], &el, &cpu);
     uint64_t asum = 0, fsum = 0;
     for (int t = 0; t < a.threads; t++) {
-        pthread_join(th[t], NULL);
         asum += args[t].asum;
         fsum += args[t].fsum;
     }

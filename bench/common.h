@@ -450,4 +450,28 @@ static inline void bench_spawn(pthread_t *t, void *(*fn)(void *), void *arg) {
     if (e) bench_fail("pthread", "pthread_create: %s", strerror(e));
 }
 
+/* A timed team of worker threads (the ab_* workloads): every worker calls
+ * ab_team_start() when it is ready and ab_team_end() when its timed work is
+ * done; ab_team_run() spawns n workers on the n elements (`size` bytes each)
+ * of `args`, times from the moment all have started to the moment all have
+ * ended (wall time in *el, CPU time of the process in *cpu) and joins them. */
+typedef struct { pthread_barrier_t start, end; } ab_team_t;
+static inline void ab_team_start(ab_team_t *tm) { pthread_barrier_wait(&tm->start); }
+static inline void ab_team_end(ab_team_t *tm) { pthread_barrier_wait(&tm->end); }
+static inline void ab_team_run(ab_team_t *tm, int n, void *(*fn)(void *), void *args, size_t size,
+                               double *el, double *cpu) {
+    pthread_t th[n];
+    pthread_barrier_init(&tm->start, NULL, (unsigned)n + 1);
+    pthread_barrier_init(&tm->end, NULL, (unsigned)n + 1);
+    for (int t = 0; t < n; t++) bench_spawn(&th[t], fn, (char *)args + (size_t)t * size);
+    pthread_barrier_wait(&tm->start);
+    double t0 = now_s(), c0 = cpu_s();
+    pthread_barrier_wait(&tm->end);
+    *el = now_s() - t0;
+    *cpu = cpu_s() - c0;
+    for (int t = 0; t < n; t++) pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&tm->start);
+    pthread_barrier_destroy(&tm->end);
+}
+
 #endif
