@@ -17,7 +17,8 @@
  *    own growth since the sample, less a reserve); PSI "some avg10" of
  *    ADAPT_PSI_HIGH or more, or a headroom under the reserve, releases every
  *    cached byte at once, and so does a fresh mapping that would eat into the
- *    reserve.
+ *    reserve, and so does a cgroup v2 "oom" event (memory.events) since the
+ *    previous sample.
  *
  * Nothing runs in the background: the sources call adapt_tick on their slow
  * paths and the heaps on theirs (every 32nd run refill or medium allocation).
@@ -39,7 +40,9 @@ static struct {
   atomic_size_t reserve;
   atomic_size_t cg_limit;
   atomic_int cg_version;
-} pr = {.psi = -1, .headroom = SIZE_MAX, .reserve = ADAPT_RESERVE, .cg_limit = SIZE_MAX};
+  atomic_size_t cg_events;       /* v2 "oom" events at the sample; SIZE_MAX unknown */
+  atomic_bool cg_oom;            /* they rose since the sample before: release at once */
+} pr = {.cg_events = SIZE_MAX, .psi = -1, .headroom = SIZE_MAX, .reserve = ADAPT_RESERVE, .cg_limit = SIZE_MAX};
 
 bool adapt_active(void) {
   return atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) == PROFILE_AUTO;
@@ -65,7 +68,8 @@ static size_t headroom_now(void) {
 
 static bool pressure_high(void) {
   int psi = atomic_load_explicit(&pr.psi, memory_order_relaxed);
-  return psi >= ADAPT_PSI_HIGH || headroom_now() < atomic_load_explicit(&pr.reserve, memory_order_relaxed);
+  return psi >= ADAPT_PSI_HIGH || atomic_load_explicit(&pr.cg_oom, memory_order_relaxed) ||
+         headroom_now() < atomic_load_explicit(&pr.reserve, memory_order_relaxed);
 }
 
 static void sample(uint64_t now) {
@@ -86,6 +90,9 @@ static void sample(uint64_t now) {
   atomic_store_explicit(&pr.psi, p.psi_some_avg10, memory_order_relaxed);
   atomic_store_explicit(&pr.cg_limit, p.cg_limit, memory_order_relaxed);
   atomic_store_explicit(&pr.cg_version, p.cg_version, memory_order_relaxed);
+  size_t e0 = atomic_exchange_explicit(&pr.cg_events, p.cg_events, memory_order_relaxed);
+  atomic_store_explicit(&pr.cg_oom, e0 != SIZE_MAX && p.cg_events != SIZE_MAX && p.cg_events > e0,
+                        memory_order_relaxed);
 }
 
 uint64_t adapt_window(const adapt_t *a) {
