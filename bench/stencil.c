@@ -18,7 +18,8 @@
  * Metric: total time. Extra: wall and CPU time of the first touch and of the
  * sweeps, minor faults of the first step and per later step (recycled
  * segments). Options: --n N (default 256, quick 128), --steps S (default 6,
- * quick 3), --sweeps K (default 6). */
+ * quick 3), --sweeps K (default 6), --order xyz|zyx (default xyz: x
+ * innermost; zyx is a diagnostic, see below). */
 #include "common.h"
 
 #include <sys/resource.h>
@@ -34,6 +35,12 @@ int main(int argc, char **argv) {
     size_t n = (size_t)bench_opt_u64(&a, "--n", a.quick ? 128 : 256);
     long steps = (long)bench_opt_u64(&a, "--steps", a.quick ? 3 : 6);
     long sweeps = (long)bench_opt_u64(&a, "--sweeps", 6);
+    /* --order zyx: z innermost, every access 8 n^2 bytes after the previous
+     * one (a new 4 KiB page each time): a diagnostic of the TLB's share, not
+     * how a stencil code orders its loops. */
+    int zyx = 0;
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--order")) zyx = !strcmp(argv[i + 1], "zyx");
     if (n < 3 || steps < 1) bench_usage_exit("--n must be >= 3 and --steps >= 1");
     size_t cells = n * n * n, bytes = cells * sizeof(double), n2 = n * n;
     double t_init = 0, t_sweep = 0, c_init = 0, c_sweep = 0, t0 = now_s(), check = 0;
@@ -47,6 +54,14 @@ int main(int argc, char **argv) {
         t_init += ts - ti;
         c_init += cs - ci;
         for (long k = 0; k < sweeps; k++) {
+            if (zyx)
+                for (size_t x = 1; x < n - 1; x++)
+                    for (size_t y = 1; y < n - 1; y++)
+                        for (size_t z = 1; z < n - 1; z++) {
+                            size_t i = z * n2 + y * n + x;
+                            v[i] = (u[i] * 2.0 + u[i - 1] + u[i + 1] + u[i - n] + u[i + n] + u[i - n2] + u[i + n2]) * 0.125;
+                        }
+            else
             for (size_t z = 1; z < n - 1; z++)
                 for (size_t y = 1; y < n - 1; y++) {
                     size_t base = z * n2 + y * n;
@@ -71,9 +86,9 @@ int main(int argc, char **argv) {
     }
     double el = now_s() - t0;
     bench_result("stencil", "time", el, "s", "lower",
-                 "n=%zu mib_per_grid=%zu steps=%ld sweeps=%ld init_s=%.3f sweep_s=%.3f init_cpu_s=%.3f sweep_cpu_s=%.3f "
+                 "order=%s n=%zu mib_per_grid=%zu steps=%ld sweeps=%ld init_s=%.3f sweep_s=%.3f init_cpu_s=%.3f sweep_cpu_s=%.3f "
                  "minflt=%ld minflt_first_step=%ld minflt_per_later_step=%.1f checksum=%.6g",
-                 n, bytes >> 20, steps, sweeps, t_init, t_sweep, c_init, c_sweep, minflt() - f0, f_first,
+                 zyx ? "zyx" : "xyz", n, bytes >> 20, steps, sweeps, t_init, t_sweep, c_init, c_sweep, minflt() - f0, f_first,
                  steps > 1 ? (double)(minflt() - f0 - f_first) / (double)(steps - 1) : 0.0, check);
     return 0;
 }
