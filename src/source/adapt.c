@@ -34,6 +34,7 @@
 
 static struct {
   _Atomic uint64_t next_sample_ns;
+  _Atomic uint64_t next_tick_ns;  /* the sources are examined together, at most every ADAPT_TICK_NS */
   atomic_int psi;                /* hundredths of a percent, -1 unknown */
   atomic_size_t headroom;        /* at the sample; SIZE_MAX unknown */
   atomic_size_t footprint;       /* locus's mapped bytes at the sample */
@@ -103,10 +104,9 @@ uint64_t adapt_window(const adapt_t *a) {
 void adapt_hit(adapt_t *a, uint64_t cached_ns, uint64_t now) {
   uint64_t d = now > cached_ns ? now - cached_ns : 0;
   uint64_t r = a->reuse_ns;            /* decays with time, in source_decay */
-  if (d > r) r = d;
-  if (r > ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR) r = ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR;
-  a->reuse_ns = r;
-  a->last_hit_ns = now;
+  if (d <= r) return;                   /* nothing learnt: no write (the line is shared by the threads) */
+  if (d > ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR) d = ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR;
+  a->reuse_ns = d;
   atomic_store_explicit(&a->window_ns, adapt_window(a), memory_order_relaxed);
 }
 
@@ -131,7 +131,8 @@ size_t adapt_bound(adapt_t *a) {
     size_t room = h == SIZE_MAX ? SIZE_MAX : h > reserve ? (h - reserve) / 2 : 0;
     if (room < b) b = room;
   }
-  atomic_store_explicit(&a->bound, b, memory_order_relaxed);
+  /* Called on every free into the cache: written only when it moved. */
+  if (atomic_load_explicit(&a->bound, memory_order_relaxed) != b) atomic_store_explicit(&a->bound, b, memory_order_relaxed);
   return b;
 }
 
@@ -144,8 +145,6 @@ bool adapt_fresh_needs_room(size_t size) {
 static void tick_source(source_t *s, void *ctx) {
   uint64_t now = *(uint64_t *)ctx;
   adapt_t *a = &s->adapt;
-  uint64_t due = atomic_load_explicit(&a->next_tick_ns, memory_order_relaxed);
-  if (now < due || !atomic_compare_exchange_strong(&a->next_tick_ns, &due, now + ADAPT_TICK_NS)) return;
   if (!atomic_load_explicit(&s->nseg, memory_order_relaxed)) return;
   size_t bound = adapt_bound(a);
   if (atomic_load_explicit(&s->cached, memory_order_relaxed) > bound) {
@@ -156,8 +155,12 @@ static void tick_source(source_t *s, void *ctx) {
   source_decay(s, now);
 }
 
+/* On every source entry and every 32nd heap slow path: between ticks it
+ * costs two loads of read-mostly words (no per-source work). */
 void adapt_tick(uint64_t now) {
   sample(now);
+  uint64_t due = atomic_load_explicit(&pr.next_tick_ns, memory_order_relaxed);
+  if (now < due || !atomic_compare_exchange_strong(&pr.next_tick_ns, &due, now + ADAPT_TICK_NS)) return;
   sources_for_each(tick_source, &now);
 }
 
