@@ -104,7 +104,7 @@ uint64_t adapt_window(const adapt_t *a) {
 void adapt_hit(adapt_t *a, uint64_t cached_ns, uint64_t now) {
   uint64_t d = now > cached_ns ? now - cached_ns : 0;
   uint64_t r = a->reuse_ns;            /* decays with time, in source_decay */
-  if (d <= r) return;                   /* nothing learnt: no write (the line is shared by the threads) */
+  if (d <= r) return;                   /* nothing learnt: the shared line is left alone */
   if (d > ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR) d = ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR;
   a->reuse_ns = d;
   atomic_store_explicit(&a->window_ns, adapt_window(a), memory_order_relaxed);
