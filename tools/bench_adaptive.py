@@ -55,55 +55,91 @@ def med(xs):
 # --------------------------------------------------------------------------
 # cgroups
 
-def own_cgroup():
-    """(version, directory of the process's memory cgroup) or (0, None)."""
+def cgroup2_mount():
+    """(mount point, root) of the cgroup2 hierarchy, from /proc/self/mountinfo, or (None, None)."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for l in f:
+                if " - cgroup2 " in l:
+                    fields = l.split()
+                    return fields[4], fields[3]
+    except OSError:
+        pass
+    return None, None
+
+
+def cgroup_parents():
+    """Candidate (version, parent directory) pairs for a child memory cgroup,
+    best first: the process's own v1 memory cgroup; on v2, the process's own
+    cgroup, then the root of the cgroup2 mount (a v2 cgroup with processes in
+    it cannot give its children controllers: the no-internal-process rule)."""
     with open("/proc/self/cgroup") as f:
         lines = f.read().splitlines()
+    out = []
     for l in lines:
         parts = l.split(":", 2)
         if len(parts) == 3 and "memory" in parts[1].split(","):
             d = "/sys/fs/cgroup/memory" + (parts[2] if parts[2] != "/" else "")
             if os.path.exists(os.path.join(d, "memory.limit_in_bytes")):
-                return 1, d
-    for l in lines:
-        if l.startswith("0::"):
-            d = "/sys/fs/cgroup" + (l[3:] if l[3:] != "/" else "")
-            ctl = os.path.join(d, "cgroup.subtree_control")
-            if os.path.exists(ctl):
-                return 2, d
-    return 0, None
+                out.append((1, d))
+    point, root = cgroup2_mount()
+    if point:
+        with open(os.path.join(point, "cgroup.controllers")) as f:
+            has_memory = "memory" in f.read().split()
+        if has_memory:
+            for l in lines:
+                if l.startswith("0::"):
+                    rel = l[3:]
+                    if root not in ("/", None) and rel.startswith(root):
+                        rel = rel[len(root):]
+                    d = point + (rel if rel != "/" else "")
+                    if d != point:
+                        out.append((2, d))
+            out.append((2, point))
+    return out
 
 
 class Cgroup:
-    """A child memory cgroup with a limit; removed by close()."""
+    """A child memory cgroup with a limit; removed by close(). Raises
+    RuntimeError with the reason when none can be created here."""
 
     def __init__(self, limit):
-        self.version, parent = own_cgroup()
-        if not self.version:
-            raise RuntimeError("no memory cgroup hierarchy found")
-        self.path = os.path.join(parent, "locus-bench-%d-%d" % (os.getpid(), int(time.time() * 1000) % 100000))
-        os.mkdir(self.path)
-        try:
-            if self.version == 1:
-                self.write("memory.limit_in_bytes", str(limit))
-                try:
-                    self.write("memory.memsw.limit_in_bytes", str(limit))
-                except OSError:
-                    pass
-            else:
-                try:
-                    with open(os.path.join(parent, "cgroup.subtree_control"), "w") as f:
-                        f.write("+memory")
-                except OSError:
-                    pass
-                self.write("memory.max", str(limit))
-                try:
-                    self.write("memory.swap.max", "0")
-                except OSError:
-                    pass
-        except Exception:
-            self.close()
-            raise
+        cands = cgroup_parents()
+        if not cands:
+            raise RuntimeError("no memory controller in any cgroup hierarchy (v1 memory or cgroup2 with memory)")
+        why = []
+        for version, parent in cands:
+            self.version = version
+            self.path = os.path.join(parent, "locus-bench-%d-%d" % (os.getpid(), int(time.time() * 1000) % 100000))
+            try:
+                if version == 2:
+                    with open(os.path.join(parent, "cgroup.subtree_control")) as f:
+                        enabled = "memory" in f.read().split()
+                    if not enabled:
+                        with open(os.path.join(parent, "cgroup.subtree_control"), "w") as f:
+                            f.write("+memory")
+                os.mkdir(self.path)
+            except OSError as e:
+                why.append("v%d %s: %s" % (version, parent, e))
+                continue
+            try:
+                if version == 1:
+                    self.write("memory.limit_in_bytes", str(limit))
+                    try:
+                        self.write("memory.memsw.limit_in_bytes", str(limit))
+                    except OSError:
+                        pass
+                else:
+                    self.write("memory.max", str(limit))
+                    try:
+                        self.write("memory.swap.max", "0")
+                    except OSError:
+                        pass
+                return
+            except OSError as e:
+                why.append("v%d %s: %s" % (version, self.path, e))
+                self.close()
+        raise RuntimeError("cannot create a memory cgroup: " + "; ".join(why))
 
     def write(self, name, value):
         with open(os.path.join(self.path, name), "w") as f:
@@ -187,7 +223,12 @@ def part_cgroup(args, allocs, bindir, scratch):
         peak_kib = max(x["maxrss_kib"] for x in ref)
         limit = int(peak_kib * 1024 * 1.1) + (8 << 20)
         entry = {"eco_peak_rss_mib": peak_kib / 1024.0, "limit_mib": limit / 1048576.0, "runs": []}
-        cg = Cgroup(limit)
+        try:
+            cg = Cgroup(limit)
+        except RuntimeError as e:
+            bench.log("cgroup part skipped: %s" % e)
+            out["skipped"] = str(e)
+            return out
         entry["cgroup_version"] = cg.version
         try:
             for r in range(args.repeat):
@@ -327,6 +368,8 @@ def main():
             cg = part_cgroup(args, allocs, bindir, scratch)
             res["cgroup"] = cg
             md += ["## Under a memory cgroup limit (1.1 x eco's peak RSS + 8 MiB)", ""]
+            if cg.get("skipped"):
+                md += ["Skipped: %s" % cg["skipped"], ""]
             for w, e in cg["workloads"].items():
                 md += ["### %s: cgroup v%d, limit %.0f MiB (eco peak RSS %.0f MiB)" %
                        (w, e["cgroup_version"], e["limit_mib"], e["eco_peak_rss_mib"]), "",

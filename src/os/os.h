@@ -48,10 +48,18 @@ uint64_t os_clock_coarse_ns(void);
  * /proc and /sys (a few small file reads: callers rate-limit it). A field
  * that cannot be read is SIZE_MAX (sizes) or -1 (psi). */
 typedef struct {
-  int psi_some_avg10;          /* /proc/pressure/memory "some avg10", in hundredths of a percent */
+  int psi_some_avg10;          /* the larger of /proc/pressure/memory "some avg10" and (v2) the
+                                  cgroup's memory.pressure one, in hundredths of a percent */
   size_t mem_available;        /* /proc/meminfo MemAvailable, bytes */
-  size_t cg_limit;             /* cgroup v2 memory.max or v1 memory.limit_in_bytes; SIZE_MAX: none */
-  size_t cg_usage;             /* cgroup v2 memory.current or v1 memory.usage_in_bytes */
+  size_t cg_limit;             /* the tightest limit: v2 the smaller of memory.max and memory.high
+                                  of the cgroup and its ancestors, v1 memory.limit_in_bytes;
+                                  SIZE_MAX: none */
+  size_t cg_usage;             /* usage of the cgroup that limit belongs to (v2 memory.current,
+                                  v1 memory.usage_in_bytes) less its inactive file pages
+                                  (memory.stat), which the kernel reclaims first */
+  size_t cg_events;            /* v2: times the cgroup could not stay under memory.max even
+                                  after reclaim (memory.events "oom"), summed over the levels;
+                                  SIZE_MAX: unknown (v1, no cgroup) */
   int cg_version;              /* 1, 2, or 0 when the process is in no memory cgroup found */
 } os_pressure_t;
 void os_memory_pressure(os_pressure_t *out);

@@ -17,7 +17,8 @@
  *    own growth since the sample, less a reserve); PSI "some avg10" of
  *    ADAPT_PSI_HIGH or more, or a headroom under the reserve, releases every
  *    cached byte at once, and so does a fresh mapping that would eat into the
- *    reserve.
+ *    reserve, and so does a cgroup v2 "oom" event (memory.events) since the
+ *    previous sample.
  *
  * Nothing runs in the background: the sources call adapt_tick on their slow
  * paths and the heaps on theirs (every 32nd run refill or medium allocation).
@@ -33,13 +34,16 @@
 
 static struct {
   _Atomic uint64_t next_sample_ns;
+  _Atomic uint64_t next_tick_ns;  /* the sources are examined together, at most every ADAPT_TICK_NS */
   atomic_int psi;                /* hundredths of a percent, -1 unknown */
   atomic_size_t headroom;        /* at the sample; SIZE_MAX unknown */
   atomic_size_t footprint;       /* locus's mapped bytes at the sample */
   atomic_size_t reserve;
   atomic_size_t cg_limit;
   atomic_int cg_version;
-} pr = {.psi = -1, .headroom = SIZE_MAX, .reserve = ADAPT_RESERVE, .cg_limit = SIZE_MAX};
+  atomic_size_t cg_events;       /* v2 "oom" events at the sample; SIZE_MAX unknown */
+  atomic_bool cg_oom;            /* they rose since the sample before: release at once */
+} pr = {.cg_events = SIZE_MAX, .psi = -1, .headroom = SIZE_MAX, .reserve = ADAPT_RESERVE, .cg_limit = SIZE_MAX};
 
 bool adapt_active(void) {
   return atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) == PROFILE_AUTO;
@@ -65,7 +69,8 @@ static size_t headroom_now(void) {
 
 static bool pressure_high(void) {
   int psi = atomic_load_explicit(&pr.psi, memory_order_relaxed);
-  return psi >= ADAPT_PSI_HIGH || headroom_now() < atomic_load_explicit(&pr.reserve, memory_order_relaxed);
+  return psi >= ADAPT_PSI_HIGH || atomic_load_explicit(&pr.cg_oom, memory_order_relaxed) ||
+         headroom_now() < atomic_load_explicit(&pr.reserve, memory_order_relaxed);
 }
 
 static void sample(uint64_t now) {
@@ -86,6 +91,9 @@ static void sample(uint64_t now) {
   atomic_store_explicit(&pr.psi, p.psi_some_avg10, memory_order_relaxed);
   atomic_store_explicit(&pr.cg_limit, p.cg_limit, memory_order_relaxed);
   atomic_store_explicit(&pr.cg_version, p.cg_version, memory_order_relaxed);
+  size_t e0 = atomic_exchange_explicit(&pr.cg_events, p.cg_events, memory_order_relaxed);
+  atomic_store_explicit(&pr.cg_oom, e0 != SIZE_MAX && p.cg_events != SIZE_MAX && p.cg_events > e0,
+                        memory_order_relaxed);
 }
 
 uint64_t adapt_window(const adapt_t *a) {
@@ -96,10 +104,9 @@ uint64_t adapt_window(const adapt_t *a) {
 void adapt_hit(adapt_t *a, uint64_t cached_ns, uint64_t now) {
   uint64_t d = now > cached_ns ? now - cached_ns : 0;
   uint64_t r = a->reuse_ns;            /* decays with time, in source_decay */
-  if (d > r) r = d;
-  if (r > ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR) r = ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR;
-  a->reuse_ns = r;
-  a->last_hit_ns = now;
+  if (d <= r) return;                   /* nothing learnt: the shared line is left alone */
+  if (d > ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR) d = ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR;
+  a->reuse_ns = d;
   atomic_store_explicit(&a->window_ns, adapt_window(a), memory_order_relaxed);
 }
 
@@ -124,7 +131,8 @@ size_t adapt_bound(adapt_t *a) {
     size_t room = h == SIZE_MAX ? SIZE_MAX : h > reserve ? (h - reserve) / 2 : 0;
     if (room < b) b = room;
   }
-  atomic_store_explicit(&a->bound, b, memory_order_relaxed);
+  /* Called on every free into the cache: written only when it moved. */
+  if (atomic_load_explicit(&a->bound, memory_order_relaxed) != b) atomic_store_explicit(&a->bound, b, memory_order_relaxed);
   return b;
 }
 
@@ -137,8 +145,6 @@ bool adapt_fresh_needs_room(size_t size) {
 static void tick_source(source_t *s, void *ctx) {
   uint64_t now = *(uint64_t *)ctx;
   adapt_t *a = &s->adapt;
-  uint64_t due = atomic_load_explicit(&a->next_tick_ns, memory_order_relaxed);
-  if (now < due || !atomic_compare_exchange_strong(&a->next_tick_ns, &due, now + ADAPT_TICK_NS)) return;
   if (!atomic_load_explicit(&s->nseg, memory_order_relaxed)) return;
   size_t bound = adapt_bound(a);
   if (atomic_load_explicit(&s->cached, memory_order_relaxed) > bound) {
@@ -149,8 +155,12 @@ static void tick_source(source_t *s, void *ctx) {
   source_decay(s, now);
 }
 
+/* On every source entry and every 32nd heap slow path: between ticks it
+ * costs two loads of read-mostly words (no per-source work). */
 void adapt_tick(uint64_t now) {
   sample(now);
+  uint64_t due = atomic_load_explicit(&pr.next_tick_ns, memory_order_relaxed);
+  if (now < due || !atomic_compare_exchange_strong(&pr.next_tick_ns, &due, now + ADAPT_TICK_NS)) return;
   sources_for_each(tick_source, &now);
 }
 

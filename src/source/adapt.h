@@ -25,11 +25,9 @@
  * change under the source's lock. */
 typedef struct {
   uint64_t reuse_ns;           /* decaying maximum of the observed reuse distances */
-  uint64_t last_hit_ns;        /* time of the latest cache hit */
   uint64_t last_decay_ns;      /* time of the latest decay release */
   size_t last_decay_bytes;     /* bytes released by the decays of the latest window */
   uint64_t last_decay_cached_ns; /* ... and when the oldest of it had been cached */
-  _Atomic uint64_t next_tick_ns;
   atomic_size_t bound;         /* bytes the source may keep now (report) */
   _Atomic uint64_t window_ns;  /* current decay window (report) */
   atomic_size_t decayed;       /* bytes released because they were not reused in time */
