@@ -5,6 +5,13 @@
 # Exit status 0 when every test passed.
 mode=${1:-patched}
 echo "=== kernel $(uname -r), mode $mode"
+# 2 MiB pages where advised (locus advises its large blocks, the huge test
+# its mappings): the tiny config's default, set in case it is not.
+thp=/sys/kernel/mm/transparent_hugepage/enabled
+if [ -w $thp ]; then
+  grep -q '\[never\]' $thp && echo madvise >$thp
+  echo "THP: $(cat $thp)"
+fi
 fail=0
 /page_reuse_test "$mode" || fail=1
 echo "=== calloc through locus (eco profile, LD_PRELOAD)"
@@ -13,6 +20,9 @@ if [ "${2:-}" = bench ]; then
   echo "=== fault cost after reuse (4 KiB pages, same kernel: flagged vs unflagged mapping)"
   /page_reuse_test bench 21 2048
   /page_reuse_test costs 11 2048
+  echo "=== fault cost after reuse (2 MiB pages, same kernel: flagged vs unflagged mapping)"
+  /page_reuse_test bench-huge 11 16
+  /page_reuse_test costs-huge 11 16
   # Workloads through locus: uma, eco, eco + page reuse, interleaved.
   for round in 1 2 3; do
     for prog in "/timestep --quick --steps 3" "/hera --quick --iters 150"; do
