@@ -23,8 +23,9 @@ if [ "${2:-}" = bench ]; then
   echo "=== fault cost after reuse (2 MiB pages, same kernel: flagged vs unflagged mapping)"
   /page_reuse_test bench-huge 11 16
   /page_reuse_test costs-huge 11 16
+  /page_reuse_test syscost 11 16
   # Workloads through locus: uma, eco, eco + page reuse, interleaved.
-  for round in 1 2 3; do
+  for round in 1 2 3 4 5; do
     for prog in "/timestep --quick --steps 3" "/hera --quick --iters 150"; do
       set -- $prog
       [ -x "$1" ] || continue
@@ -35,6 +36,14 @@ if [ "${2:-}" = bench ]; then
       done
     done
   done
+fi
+# The kernel must not have complained (bad page state, WARN, BUG, oops).
+if dmesg >/tmp/dmesg 2>/dev/null; then
+  if grep -E "BUG|WARNING|Bad page|Call Trace|general protection" /tmp/dmesg; then
+    echo "FAIL dmesg: the kernel reported the problems above"; fail=1
+  else
+    echo "PASS dmesg (no BUG, WARNING, bad page state or oops)"
+  fi
 fi
 echo "=== guest tests: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail
