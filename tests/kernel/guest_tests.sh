@@ -32,7 +32,7 @@ if [ "${2:-}" = bench ]; then
       for cfg in "uma 0" "eco 0" "eco 1"; do
         prof=${cfg% *} reuse=${cfg#* }
         echo "RUN round=$round prog=$1 profile=$prof reuse=$reuse"
-        LD_PRELOAD=/liblocus.so LOCUS_PROFILE=$prof LOCUS_PAGE_REUSE=$reuse /page_reuse_test rss "$@" | grep -E "RESULT|MAXRSS"
+        LD_PRELOAD=/liblocus.so LOCUS_PROFILE=$prof LOCUS_PAGE_REUSE=$reuse /page_reuse_test rss "$@" | grep -E "RESULT|MAXRSS|REUSE"
       done
     done
   done

@@ -872,8 +872,25 @@ static int run_syscost(int rounds, size_t mib) {
   return 0;
 }
 
-/* Runs a program and prints its peak RSS (wait4's ru_maxrss) and CPU time (user + sys). */
+/* A counter of /proc/vmstat, -1 when absent. */
+static long vmstat_value(const char *key) {
+  FILE *f = fopen("/proc/vmstat", "r");
+  char line[256];
+  long v = -1;
+  size_t n = strlen(key);
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n) && line[n] == ' ') { v = strtol(line + n + 1, NULL, 10); break; }
+  fclose(f);
+  return v;
+}
+
+/* Runs a program and prints its peak RSS (wait4's ru_maxrss) and CPU time
+ * (user + sys); on a patched kernel also its page-reuse counters (last seen
+ * in its /proc/PID/status, polled every 20 ms) and the THP faults of the
+ * run (/proc/vmstat thp_fault_alloc, which counts pool hits too). */
 static int run_rss(char **argv) {
+  long thp0 = vmstat_value("thp_fault_alloc");
   pid_t c = fork();
   if (c == 0) {
     execvp(argv[0], argv);
@@ -881,9 +898,26 @@ static int run_rss(char **argv) {
   }
   int st;
   struct rusage ru;
-  if (wait4(c, &st, 0, &ru) < 0) return 2;
+  char path[64], line[256];
+  long last[4] = {-1, -1, -1, -1};
+  static const char *keys[4] = {"PageReuseHits:", "PageReuseFills:", "PageReuseHugeHits:", "PageReuseHugeFills:"};
+  snprintf(path, sizeof path, "/proc/%d/status", (int)c);
+  for (;;) {
+    pid_t w = wait4(c, &st, WNOHANG, &ru);
+    if (w < 0) return 2;
+    if (w == c) break;
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+      for (int k = 0; k < 4; k++)
+        if (!strncmp(line, keys[k], strlen(keys[k]))) last[k] = strtol(line + strlen(keys[k]), NULL, 10);
+    if (f) fclose(f);
+    usleep(20000);
+  }
   printf("MAXRSS %ld kB CPU %.3f s\n", ru.ru_maxrss,
          ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
+  if (last[0] >= 0)
+    printf("REUSE hits %ld fills %ld huge_hits %ld huge_fills %ld thp_faults %ld\n", last[0], last[1], last[2], last[3],
+           vmstat_value("thp_fault_alloc") - thp0);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
