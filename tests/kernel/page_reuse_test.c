@@ -395,6 +395,37 @@ static void test_secret(void) {
 }
 
 /* ------------------------------------------------------------ pressure */
+/* In a forked child: allocates (4 KiB pages, not flagged) until the
+ * parent's pool shrinks below pool_kb, at most MemAvailable, the pool and
+ * 128 MiB (MemAvailable does not count the pool, and the free reserves come
+ * first, so how much it takes varies; if the pool were not drained this ends
+ * in the OOM killer, a failure).  Never returns. */
+static void pressure_child(long pool_kb) {
+  long avail_kb = 0;
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[128];
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "MemAvailable:", 13)) avail_kb = strtol(line + 13, NULL, 10);
+  if (f) fclose(f);
+  size_t blen = ((size_t)avail_kb + (size_t)pool_kb + (128 << 10)) << 10;
+  char *big = map_anon(blen, 0);
+  if (!big) _exit(2);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)getppid());
+  for (size_t i = 0; i < blen; i += PG) {
+    big[i] = 1;
+    if (i % (4 << 20) == 0) {
+      FILE *ps = fopen(path, "r");
+      long now = -1;
+      while (ps && fgets(line, sizeof line, ps))
+        if (!strncmp(line, "PageReusePool:", 14)) now = strtol(line + 14, NULL, 10);
+      if (ps) fclose(ps);
+      if (now >= 0 && now < pool_kb) _exit(0);
+    }
+  }
+  _exit(0);
+}
+
 static void test_pressure(void) {
   const char *t = "pressure";
   if (!patched) { PASS(t, " (stock: nothing to drain)"); return; }
@@ -416,27 +447,13 @@ static void test_pressure(void) {
   close(fd);
   long pool2 = status_value("PageReusePool");
   if (pool2 > pool / 10) FAIL(t, "drop_caches left %ld of %ld kB in the pool", pool2, pool);
-  /* Refill, then real pressure: a child allocates most of free memory. */
+  /* Refill, then real pressure: a child allocates until the pool shrinks. */
   p = map_anon(n * PG, MAP_PAGE_REUSE);
   fill(p, n, tag);
   munmap(p, n * PG);
   long pool3 = status_value("PageReusePool");
   pid_t c = fork();
-  if (c == 0) {
-    long avail_kb = 0;
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    while (f && fgets(line, sizeof line, f))
-      if (!strncmp(line, "MemAvailable:", 13)) avail_kb = strtol(line + 13, NULL, 10);
-    if (f) fclose(f);
-    /* MemAvailable does not count the pool: asking for all of it plus
-     * half the pool forces reclaim into the pool. */
-    size_t len = ((size_t)avail_kb + (size_t)pool3 / 2) << 10;
-    char *big = map_anon(len, 0);
-    if (!big) _exit(2);
-    for (size_t i = 0; i < len; i += PG) big[i] = 1;
-    _exit(0);
-  }
+  if (c == 0) pressure_child(pool3);
   int st;
   waitpid(c, &st, 0);
   long pool4 = status_value("PageReusePool");
@@ -636,35 +653,7 @@ static void test_huge(void) {
   munmap(s, len);
   long ppool = status_value("PageReusePool");
   c = fork();
-  if (c == 0) {
-    long avail_kb = 0;
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    while (f && fgets(line, sizeof line, f))
-      if (!strncmp(line, "MemAvailable:", 13)) avail_kb = strtol(line + 13, NULL, 10);
-    if (f) fclose(f);
-    /* MemAvailable does not count the pool: allocate until the parent's
-     * pool shrinks, at most MemAvailable, the pool and 128 MiB (the free
-     * reserves come first, so how much it takes varies; if the pool were
-     * not drained this ends in the OOM killer, a failure). */
-    size_t blen = ((size_t)avail_kb + (size_t)ppool + (128 << 10)) << 10;
-    char *big = map_anon(blen, 0);
-    if (!big) _exit(2);
-    char path[64], line2[128];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)getppid());
-    for (size_t i = 0; i < blen; i += PG) {
-      big[i] = 1;
-      if (i % (4 << 20) == 0) {
-        FILE *ps = fopen(path, "r");
-        long now = -1;
-        while (ps && fgets(line2, sizeof line2, ps))
-          if (!strncmp(line2, "PageReusePool:", 14)) now = strtol(line2 + 14, NULL, 10);
-        if (ps) fclose(ps);
-        if (now >= 0 && now < ppool) _exit(0);
-      }
-    }
-    _exit(0);
-  }
+  if (c == 0) pressure_child(ppool);
   waitpid(c, &st, 0);
   long ppool2 = status_value("PageReusePool");
   for (size_t i = 0; i < len / PG; i++)
