@@ -29,8 +29,15 @@ static size_t color_offset(void) {
 
 /* Large blocks of THP_MIN or more get huge pages (LOCUS_THP): below it a
  * block holds at most one whole huge page beside its 4 KiB header page and
- * tail, and the 2 MiB alignment would cost more address space than it gains. */
+ * tail, and the 2 MiB alignment would cost more address space than it gains.
+ * eco, which gives every block back at once, takes them only with the
+ * kernel's page reuse (which pools whole 2 MiB pages, kernel/0003): without
+ * it each huge page would be cleared again at every allocation. */
 #define THP_MIN (4 * MiB)
+
+static bool eco_reuse(void) {
+  return os_features.page_reuse && atomic_load_explicit(&locus_opt.page_reuse, memory_order_relaxed);
+}
 
 static bool want_huge(size_t total) {
   if (total < THP_MIN || !os_features.huge_page_size) return false;
@@ -38,7 +45,7 @@ static bool want_huge(size_t total) {
   if (t == THP_OPT_ON) return true;
   if (t == THP_OPT_OFF) return false;
   return (os_features.thp == THP_MADVISE || os_features.thp == THP_ALWAYS) &&
-         atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) != PROFILE_ECO;
+         (atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) != PROFILE_ECO || eco_reuse());
 }
 
 /* A huge block's region is rounded up to whole huge pages when that adds at
@@ -74,7 +81,8 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   }
   size_t total = region_bytes(off + slack, size);
   bool huge = want_huge(total);
-  if (huge) total = huge_round(total);
+  /* eco keeps its footprint: no rounding up, the tail is in 4 KiB pages. */
+  if (huge && atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) != PROFILE_ECO) total = huge_round(total);
   region_t *r = source_alloc(src, total, huge ? SRC_HUGE : 0);
   if (!r) {
     errno = ENOMEM;

@@ -73,16 +73,29 @@ void *os_remap(void *p, size_t old_size, size_t new_size, bool may_move) {
   return q == MAP_FAILED ? NULL : q;
 }
 
-void *os_map_aligned(size_t size, size_t align) {
+static void *map_aligned(size_t size, size_t align, int extra_flags) {
   size_t page = os_page_size();
   LOCUS_ASSERT(is_pow2(align) && align > page && size % page == 0);
-  char *p = os_map(size + align - page);
+  char *p = map_anon(size + align - page, extra_flags);
   if (!p) return NULL;
   char *q = (char *)align_up((uintptr_t)p, align);
   size_t head = (size_t)(q - p), tail = align - page - head;
   if (head) munmap(p, head);             /* trims of our own fresh mapping: not "returned" memory */
   if (tail) munmap(q + size, tail);
   return q;
+}
+
+void *os_map_aligned(size_t size, size_t align) { return map_aligned(size, align, 0); }
+
+void *os_map_aligned_reusable(size_t size, size_t align, bool *zeroed) {
+  *zeroed = true;
+  if (!os_features.page_reuse) return map_aligned(size, align, 0);
+  void *p = map_aligned(size, align, OS_MAP_PAGE_REUSE);
+  if (p) {
+    atomic_fetch_add_explicit(&reuse_maps, 1, memory_order_relaxed);
+    *zeroed = false;
+  }
+  return p;
 }
 
 bool os_advise_huge(void *p, size_t size) {

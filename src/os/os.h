@@ -16,6 +16,9 @@ void *os_map(size_t size);                 /* fresh zeroed pages or NULL */
  * not cleared; *zeroed tells whether every byte is known zero. os_map()
  * without the feature. */
 void *os_map_reusable(size_t size, bool *zeroed);
+/* The same, starting on a multiple of `align` (huge pages: the locus kernel
+ * series pools 2 MiB pages too, kernel/0003). */
+void *os_map_aligned_reusable(size_t size, size_t align, bool *zeroed);
 /* Mappings made with page reuse so far (statistics). */
 size_t os_page_reuse_maps(void);
 bool os_unmap(void *p, size_t size);

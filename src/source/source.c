@@ -73,11 +73,13 @@ source_t *source_for_node(int node) {
 static void *source_map(source_t *s, size_t size, bool huge, bool *zeroed) {
   /* eco gives memory back at once: with the kernel's page reuse it comes
    * again without the clearing, and is then no longer known zero. The
-   * kernel pools only base pages, so huge segments are never reuse-marked. */
-  bool reuse = !huge && atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) == PROFILE_ECO &&
+   * kernel pools whole 2 MiB pages too (kernel/0003), so huge segments are
+   * marked as well. */
+  bool reuse = atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) == PROFILE_ECO &&
                atomic_load_explicit(&locus_opt.page_reuse, memory_order_relaxed);
   *zeroed = true;
-  void *p = huge ? os_map_aligned(size, os_features.huge_page_size)
+  void *p = huge ? (reuse ? os_map_aligned_reusable(size, os_features.huge_page_size, zeroed)
+                          : os_map_aligned(size, os_features.huge_page_size))
                  : reuse ? os_map_reusable(size, zeroed) : os_map(size);
   if (p && s->policy != OS_POLICY_DEFAULT && !os_set_policy(p, size, (os_policy_t)s->policy, &s->policy_nodes) &&
       os_features.numa) {

@@ -5,6 +5,13 @@
 # Exit status 0 when every test passed.
 mode=${1:-patched}
 echo "=== kernel $(uname -r), mode $mode"
+# 2 MiB pages where advised (locus advises its large blocks, the huge test
+# its mappings): the tiny config's default, set in case it is not.
+thp=/sys/kernel/mm/transparent_hugepage/enabled
+if [ -w $thp ]; then
+  grep -q '\[never\]' $thp && echo madvise >$thp
+  echo "THP: $(cat $thp)"
+fi
 fail=0
 /page_reuse_test "$mode" || fail=1
 echo "=== calloc through locus (eco profile, LD_PRELOAD)"
@@ -13,18 +20,30 @@ if [ "${2:-}" = bench ]; then
   echo "=== fault cost after reuse (4 KiB pages, same kernel: flagged vs unflagged mapping)"
   /page_reuse_test bench 21 2048
   /page_reuse_test costs 11 2048
+  echo "=== fault cost after reuse (2 MiB pages, same kernel: flagged vs unflagged mapping)"
+  /page_reuse_test bench-huge 11 16
+  /page_reuse_test costs-huge 11 16
+  /page_reuse_test syscost 11 16
   # Workloads through locus: uma, eco, eco + page reuse, interleaved.
-  for round in 1 2 3; do
+  for round in 1 2 3 4 5; do
     for prog in "/timestep --quick --steps 3" "/hera --quick --iters 150"; do
       set -- $prog
       [ -x "$1" ] || continue
       for cfg in "uma 0" "eco 0" "eco 1"; do
         prof=${cfg% *} reuse=${cfg#* }
         echo "RUN round=$round prog=$1 profile=$prof reuse=$reuse"
-        LD_PRELOAD=/liblocus.so LOCUS_PROFILE=$prof LOCUS_PAGE_REUSE=$reuse /page_reuse_test rss "$@" | grep -E "RESULT|MAXRSS"
+        LD_PRELOAD=/liblocus.so LOCUS_PROFILE=$prof LOCUS_PAGE_REUSE=$reuse /page_reuse_test rss "$@" | grep -E "RESULT|MAXRSS|REUSE"
       done
     done
   done
+fi
+# The kernel must not have complained (bad page state, WARN, BUG, oops).
+if dmesg >/tmp/dmesg 2>/dev/null; then
+  if grep -E "BUG|WARNING|Bad page|Call Trace|general protection" /tmp/dmesg; then
+    echo "FAIL dmesg: the kernel reported the problems above"; fail=1
+  else
+    echo "PASS dmesg (no BUG, WARNING, bad page state or oops)"
+  fi
 fi
 echo "=== guest tests: $([ $fail = 0 ] && echo PASS || echo FAIL)"
 exit $fail

@@ -6,10 +6,13 @@
  *                                           anonymous memory, flagged and not,
  *                                           and fails if SECRET is in it
  *   page_reuse_test bench ROUNDS PAGES      first-touch cost after reuse
+ *   page_reuse_test bench-huge ROUNDS N     the same per 2 MiB page (THP)
+ *   page_reuse_test costs-huge ROUNDS N     what clearing costs in a 2 MiB fault
+ *   page_reuse_test syscost ROUNDS MIB      eco's system calls per block, no faults
  *   page_reuse_test costs ROUNDS PAGES      what clearing costs in a fault
  *   page_reuse_test rss PROGRAM [ARGS...]   runs PROGRAM, prints its peak RSS
  *
- * TESTS: flags reuse secret pressure limit (all when none is named).
+ * TESTS: flags reuse secret pressure limit huge (all when none is named).
  * Each test prints "PASS name" or "FAIL name: why".  On a stock kernel
  * ("stock") only what a stock kernel must do is checked: the advice is
  * rejected, the flag has no effect, nothing is reused. */
@@ -284,13 +287,16 @@ static uint64_t secret_value(void) {
   return x | 1; /* never zero */
 }
 
-/* Maps mib MiB flagged and mib MiB plain, frees and refaults the flagged
- * part once (its own pool), and counts words equal to secret. */
+static void *map_huge(size_t len, int extra);
+
+/* Maps mib MiB flagged, mib MiB plain and mib MiB flagged for 2 MiB pages
+ * (MADV_HUGEPAGE, 2 MiB aligned), frees and refaults the flagged parts once
+ * (their own pool), and counts words equal to secret. */
 static long scan_fresh(uint64_t secret, size_t mib) {
   size_t len = mib << 20;
   long hits = 0;
-  for (int flagged = 0; flagged < 2; flagged++) {
-    uint64_t *p = map_anon(len, flagged ? MAP_PAGE_REUSE : 0);
+  for (int flagged = 0; flagged < 3; flagged++) {
+    uint64_t *p = flagged == 2 ? map_huge(len, MAP_PAGE_REUSE) : map_anon(len, flagged ? MAP_PAGE_REUSE : 0);
     if (!p) return -1;
     for (int round = 0; round < 2; round++) {
       for (size_t i = 0; i < len / PG; i++) ((volatile char *)p)[i * PG + 5] = 0x11; /* write fault */
@@ -389,6 +395,37 @@ static void test_secret(void) {
 }
 
 /* ------------------------------------------------------------ pressure */
+/* In a forked child: allocates (4 KiB pages, not flagged) until the
+ * parent's pool shrinks below pool_kb, at most MemAvailable, the pool and
+ * 128 MiB (MemAvailable does not count the pool, and the free reserves come
+ * first, so how much it takes varies; if the pool were not drained this ends
+ * in the OOM killer, a failure).  Never returns. */
+static void pressure_child(long pool_kb) {
+  long avail_kb = 0;
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[128];
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "MemAvailable:", 13)) avail_kb = strtol(line + 13, NULL, 10);
+  if (f) fclose(f);
+  size_t blen = ((size_t)avail_kb + (size_t)pool_kb + (128 << 10)) << 10;
+  char *big = map_anon(blen, 0);
+  if (!big) _exit(2);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)getppid());
+  for (size_t i = 0; i < blen; i += PG) {
+    big[i] = 1;
+    if (i % (4 << 20) == 0) {
+      FILE *ps = fopen(path, "r");
+      long now = -1;
+      while (ps && fgets(line, sizeof line, ps))
+        if (!strncmp(line, "PageReusePool:", 14)) now = strtol(line + 14, NULL, 10);
+      if (ps) fclose(ps);
+      if (now >= 0 && now < pool_kb) _exit(0);
+    }
+  }
+  _exit(0);
+}
+
 static void test_pressure(void) {
   const char *t = "pressure";
   if (!patched) { PASS(t, " (stock: nothing to drain)"); return; }
@@ -410,27 +447,13 @@ static void test_pressure(void) {
   close(fd);
   long pool2 = status_value("PageReusePool");
   if (pool2 > pool / 10) FAIL(t, "drop_caches left %ld of %ld kB in the pool", pool2, pool);
-  /* Refill, then real pressure: a child allocates most of free memory. */
+  /* Refill, then real pressure: a child allocates until the pool shrinks. */
   p = map_anon(n * PG, MAP_PAGE_REUSE);
   fill(p, n, tag);
   munmap(p, n * PG);
   long pool3 = status_value("PageReusePool");
   pid_t c = fork();
-  if (c == 0) {
-    long avail_kb = 0;
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[128];
-    while (f && fgets(line, sizeof line, f))
-      if (!strncmp(line, "MemAvailable:", 13)) avail_kb = strtol(line + 13, NULL, 10);
-    if (f) fclose(f);
-    /* MemAvailable does not count the pool: asking for all of it plus
-     * half the pool forces reclaim into the pool. */
-    size_t len = ((size_t)avail_kb + (size_t)pool3 / 2) << 10;
-    char *big = map_anon(len, 0);
-    if (!big) _exit(2);
-    for (size_t i = 0; i < len; i += PG) big[i] = 1;
-    _exit(0);
-  }
+  if (c == 0) pressure_child(pool3);
   int st;
   waitpid(c, &st, 0);
   long pool4 = status_value("PageReusePool");
@@ -471,6 +494,178 @@ static void test_limit(void) {
   PASS(t, " (vm.page_reuse_mm_max_pages=16 keeps 64 kB)");
 }
 
+/* ------------------------------------------------------------ huge */
+#define HPG (2UL << 20)
+
+/* len bytes (a multiple of 2 MiB), 2 MiB aligned, MADV_HUGEPAGE. */
+static void *map_huge(size_t len, int extra) {
+  char *p = map_anon(len + HPG, extra);
+  if (!p) return NULL;
+  char *a = (char *)(((uintptr_t)p + HPG - 1) & ~(HPG - 1));
+  if (a > p) munmap(p, a - p);
+  if (a + len < p + len + HPG) munmap(a + len, p + len + HPG - (a + len));
+  madvise(a, len, MADV_HUGEPAGE);
+  return a;
+}
+
+/* AnonHugePages (kB) of the vma starting at p, -1 if not found. */
+static long anon_huge_kb(void *p) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  char line[512];
+  int in = 0;
+  long v = -1;
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long a, b;
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      in = (a == (unsigned long)p);
+      continue;
+    }
+    if (in && !strncmp(line, "AnonHugePages:", 14)) { v = strtol(line + 14, NULL, 10); break; }
+  }
+  fclose(f);
+  return v;
+}
+
+/* Classifies the 512 pages of 2 MiB page h after a refault: how many are
+ * this process's own (fill(), tag), zero, other. */
+static void classify_huge(const char *p, size_t h, uint32_t tag, size_t *own, size_t *zero, size_t *other) {
+  for (size_t i = h * (HPG / PG); i < (h + 1) * (HPG / PG); i++) {
+    int c = classify(p + i * PG, tag);
+    *own += c == 1, *zero += c == 0, *other += c == 2;
+  }
+}
+
+static void test_huge(void) {
+  const char *t = "huge";
+  const size_t n = 8, len = n * HPG;
+  uint32_t tag = 0x4a9e0000u ^ (uint32_t)getpid();
+  char mode[128] = "";
+  int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY);
+  if (fd >= 0) { ssize_t r = read(fd, mode, sizeof mode - 1); if (r > 0) mode[r] = 0; close(fd); }
+  if (!strstr(mode, "[madvise]") && !strstr(mode, "[always]")) FAIL(t, "THP not enabled in the guest (%s)", mode);
+  pin_cpu0();
+  char *p = map_huge(len, MAP_PAGE_REUSE);
+  if (!p) FAIL(t, "mmap: %s", strerror(errno));
+  fill(p, len / PG, tag);
+  long thp = anon_huge_kb(p);
+  if (thp < (long)(len >> 10) / 2) FAIL(t, "only %ld kB of %zu kB backed by 2 MiB pages", thp, len >> 10);
+  long hh0 = status_value("PageReuseHugeHits"), hf0 = status_value("PageReuseHugeFills");
+  if (patched && (hh0 < 0 || hf0 < 0)) FAIL(t, "no PageReuseHugeHits/Fills in /proc/self/status");
+  if (!patched && hh0 >= 0) FAIL(t, "stock kernel has PageReuseHugeHits");
+
+  /* MADV_DONTNEED of whole 2 MiB pages, then one write per 2 MiB page. */
+  if (madvise(p, len, MADV_DONTNEED) != 0) FAIL(t, "MADV_DONTNEED: %s", strerror(errno));
+  long hf1 = status_value("PageReuseHugeFills"), hpool = status_value("PageReuseHugePool");
+  for (size_t h = 0; h < n; h++) p[h * HPG] = 0;
+  long thp2 = anon_huge_kb(p), hh1 = status_value("PageReuseHugeHits");
+  size_t own = 0, zero = 0, other = 0;
+  for (size_t h = 0; h < n; h++) classify_huge(p, h, tag, &own, &zero, &other);
+  if (other) FAIL(t, "%zu pages show data that is neither zero nor this process's own", other);
+  if (!patched) {
+    if (own) FAIL(t, "stock kernel returned %zu uncleared pages", own);
+    munmap(p, len);
+    PASS(t, " (stock: %ld kB in 2 MiB pages, all %zu pages cleared after MADV_DONTNEED)", thp, zero);
+    return;
+  }
+  if (hf1 - hf0 != thp / 2048) FAIL(t, "MADV_DONTNEED of %ld 2 MiB pages pooled %ld", thp / 2048, hf1 - hf0);
+  if (hpool != thp) FAIL(t, "PageReuseHugePool %ld kB, expected %ld", hpool, thp);
+  if (own != (size_t)(hh1 - hh0) * (HPG / PG))
+    FAIL(t, "2 MiB hits went up by %ld but %zu 4 KiB pages hold old data", hh1 - hh0, own);
+  if (hh1 - hh0 < (long)n * 9 / 10 * thp / (long)(len >> 10)) FAIL(t, "only %ld of %zu 2 MiB pages reused", hh1 - hh0, n);
+  if (thp2 < thp) FAIL(t, "after reuse only %ld kB in 2 MiB pages (%ld before)", thp2, thp);
+  size_t own1 = own;
+
+  /* munmap, then a new mapping: reused; an unflagged THP mapping never
+   * gets pool pages. */
+  fill(p, len / PG, tag);
+  munmap(p, len);
+  long hpool2 = status_value("PageReuseHugePool");
+  if (hpool2 < thp) FAIL(t, "pool has %ld kB of 2 MiB pages after munmap of %ld", hpool2, thp);
+  char *plain = map_huge(len, 0);
+  long h2 = status_value("PageReuseHugeHits");
+  for (size_t h = 0; h < n; h++) plain[h * HPG] = 1;
+  for (size_t k = 1; k < len; k++)
+    if (plain[k] && k % HPG) FAIL(t, "a mapping without the flag got old data (offset %zu)", k);
+  if (status_value("PageReuseHugeHits") != h2) FAIL(t, "a mapping without the flag took pool pages");
+  munmap(plain, len);
+  char *q = map_huge(len, MAP_PAGE_REUSE);
+  for (size_t h = 0; h < n; h++) q[h * HPG] = 0;
+  own = zero = other = 0;
+  for (size_t h = 0; h < n; h++) classify_huge(q, h, tag, &own, &zero, &other);
+  if (other) FAIL(t, "foreign data after munmap/mmap");
+  if (own < own1) FAIL(t, "only %zu 4 KiB pages reused after munmap (%zu after MADV_DONTNEED)", own, own1);
+  size_t own2 = own;
+
+  /* mremap shrink by whole 2 MiB pages pools the tail. */
+  long f0 = status_value("PageReuseHugeFills");
+  char *r = mremap(q, len, len / 2, 0);
+  if (r == MAP_FAILED) FAIL(t, "mremap: %s", strerror(errno));
+  long f1 = status_value("PageReuseHugeFills");
+  if (f1 - f0 < (long)n / 2 * thp / (long)(len >> 10)) FAIL(t, "mremap shrink pooled %ld 2 MiB pages, expected %zu", f1 - f0, n / 2);
+  munmap(r, len / 2);
+
+  /* A forked child never inherits the 2 MiB pool and never sees its data:
+   * secret-filled 2 MiB pages freed into the pool, the child scans fresh
+   * memory (4 KiB and 2 MiB, flagged and not). */
+  uint64_t secret = secret_value();
+  uint64_t *s = map_huge(len, MAP_PAGE_REUSE);
+  for (size_t k = 0; k < len / 8; k++) s[k] = secret;
+  munmap(s, len);
+  long spool = status_value("PageReuseHugePool");
+  if (spool < thp) FAIL(t, "secret: only %ld kB of 2 MiB pages in the pool", spool);
+  pid_t c = fork();
+  if (c == 0) {
+    long cp = status_value("PageReusePool");
+    long hits = scan_fresh(secret, 2 * n * 2);
+    _exit(hits != 0 || cp > 0 ? 1 : 0);
+  }
+  int st;
+  waitpid(c, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL(t, "a forked child saw 2 MiB secret pages or inherited the pool");
+  /* Another process, and the image after exec of a process whose pool
+   * holds secret 2 MiB pages. */
+  char hex[32];
+  snprintf(hex, sizeof hex, "%llx", (unsigned long long)secret);
+  c = fork();
+  if (c == 0) {
+    uint64_t *q2 = map_huge(len, MAP_PAGE_REUSE);
+    for (size_t k = 0; k < len / 8; k++) q2[k] = secret;
+    munmap(q2, len);
+    if (status_value("PageReuseHugePool") <= 0) _exit(4);
+    execl(self, self, "scan", hex, "48", (char *)NULL);
+    _exit(127);
+  }
+  waitpid(c, &st, 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL(t, "after exec 2 MiB secret pages or the pool were visible (status %d)", WEXITSTATUS(st));
+
+  /* Drained under pressure: drop_caches, then a child that allocates all
+   * available memory and half the pool. */
+  fd = open("/proc/sys/vm/drop_caches", O_WRONLY);
+  if (fd < 0 || write(fd, "2\n", 2) != 2) FAIL(t, "cannot write drop_caches");
+  close(fd);
+  long dpool = status_value("PageReuseHugePool");
+  if (dpool != 0) FAIL(t, "drop_caches left %ld kB of 2 MiB pages in the pool", dpool);
+  char *live = map_huge(len, MAP_PAGE_REUSE);
+  fill(live, len / PG, tag ^ 1);
+  s = map_huge(len, MAP_PAGE_REUSE);
+  fill((char *)s, len / PG, tag);
+  munmap(s, len);
+  long ppool = status_value("PageReusePool");
+  c = fork();
+  if (c == 0) pressure_child(ppool);
+  waitpid(c, &st, 0);
+  long ppool2 = status_value("PageReusePool");
+  for (size_t i = 0; i < len / PG; i++)
+    if (classify(live + i * PG, tag ^ 1) != 1) FAIL(t, "live 2 MiB data lost under pressure (page %zu)", i);
+  if (!WIFEXITED(st) || WEXITSTATUS(st)) FAIL(t, "the pressure child failed (status %d: OOM?)", st);
+  if (ppool2 >= ppool) FAIL(t, "pressure did not drain the pool (%ld -> %ld kB)", ppool, ppool2);
+  munmap(live, len);
+  PASS(t, " (%ld kB in 2 MiB pages; MADV_DONTNEED: %ld/%zu 2 MiB pages reused, own data back; munmap: %zu 4 KiB pages back;"
+       " mremap shrink: %ld pooled; unflagged untouched; secret not seen by fork child or exec'd image;"
+       " drop_caches -> %ld kB; pressure %ld -> %ld kB)", thp, hh1 - hh0, n, own2, f1 - f0, dpool, ppool, ppool2);
+}
+
 /* ------------------------------------------------------------ bench */
 static double now_ns(void) {
   struct timespec ts;
@@ -503,6 +698,37 @@ static int run_bench(int rounds, size_t pages) {
   qsort(tb, rounds, sizeof *tb, cmp_d);
   printf("BENCH fault-after-free ns/page: flagged %.0f plain %.0f ratio %.3f (median of %d rounds, %zu pages, hits %ld)\n",
          ta[rounds / 2], tb[rounds / 2], ta[rounds / 2] / tb[rounds / 2], rounds, pages, status_value("PageReuseHits"));
+  return 0;
+}
+
+/* The same for 2 MiB pages: first write to each 2 MiB page after
+ * MADV_DONTNEED of the whole (THP) mapping, flagged vs unflagged, per 2 MiB
+ * page; also reports how much of each mapping was in 2 MiB pages. */
+static int run_bench_huge(int rounds, size_t n) {
+  pin_cpu0();
+  size_t len = n * HPG;
+  char *a = map_huge(len, MAP_PAGE_REUSE), *b = map_huge(len, 0);
+  double *ta = calloc(rounds, sizeof *ta), *tb = calloc(rounds, sizeof *tb);
+  if (!a || !b) return 2;
+  for (size_t i = 0; i < len; i += PG) a[i] = b[i] = 1;
+  long h0 = status_value("PageReuseHugeHits");
+  long ha = 0, hb = 0;
+  for (int r = 0; r < rounds; r++) {
+    for (int which = 0; which < 2; which++) {
+      char *p = which ? b : a;
+      madvise(p, len, MADV_DONTNEED);
+      double t0 = now_ns();
+      for (size_t h = 0; h < n; h++) p[h * HPG] = 1;
+      (which ? tb : ta)[r] = (now_ns() - t0) / n;
+      if (r == 0) *(which ? &hb : &ha) = anon_huge_kb(p);
+    }
+  }
+  qsort(ta, rounds, sizeof *ta, cmp_d);
+  qsort(tb, rounds, sizeof *tb, cmp_d);
+  printf("BENCH huge fault-after-free ns per 2 MiB page: flagged %.0f plain %.0f ratio %.3f (median of %d rounds, %zu 2 MiB pages; "
+         "in 2 MiB pages: flagged %ld kB, plain %ld kB; 2 MiB hits %ld)\n",
+         ta[rounds / 2], tb[rounds / 2], ta[rounds / 2] / tb[rounds / 2], rounds, n, ha, hb,
+         status_value("PageReuseHugeHits") - h0);
   return 0;
 }
 
@@ -566,8 +792,94 @@ static int run_costs(int rounds, size_t pages) {
   return 0;
 }
 
-/* Runs a program and prints its peak RSS (wait4's ru_maxrss). */
+/* What clearing costs inside a 2 MiB (THP) fault, on any kernel: per 2 MiB
+ * page, medians, interleaved: fault (first write after MADV_DONTNEED:
+ * allocate, clear 2 MiB, map), clear (memset of a resident 2 MiB page,
+ * cache-cold), touch (one write per resident 2 MiB page). */
+static int run_costs_huge(int rounds, size_t n) {
+  pin_cpu0();
+  size_t len = n * HPG;
+  char *p = map_huge(len, 0), *evict = map_anon(64 << 20, 0);
+  if (!p || !evict) return 2;
+  double *tf = calloc(rounds, sizeof(double)), *tc = calloc(rounds, sizeof(double)), *tt = calloc(rounds, sizeof(double));
+  memset(evict, 1, 64 << 20);
+  long kb = 0;
+  for (int r = 0; r < rounds; r++) {
+    double t0;
+    madvise(p, len, MADV_DONTNEED);
+    memset(evict, r, 64 << 20);
+    t0 = now_ns();
+    for (size_t h = 0; h < n; h++) p[h * HPG] = 1;
+    tf[r] = (now_ns() - t0) / n;
+    if (r == 0) kb = anon_huge_kb(p);
+    memset(evict, r, 64 << 20);
+    t0 = now_ns();
+    for (size_t h = 0; h < n; h++) p[h * HPG] = 2;
+    tt[r] = (now_ns() - t0) / n;
+    memset(evict, r, 64 << 20);
+    t0 = now_ns();
+    for (size_t h = 0; h < n; h++) memset(p + h * HPG, 0, HPG);
+    tc[r] = (now_ns() - t0) / n;
+  }
+  qsort(tf, rounds, sizeof(double), cmp_d);
+  qsort(tc, rounds, sizeof(double), cmp_d);
+  qsort(tt, rounds, sizeof(double), cmp_d);
+  double f = tf[rounds / 2], c = tc[rounds / 2];
+  printf("COSTS ns per 2 MiB page, median of %d rounds of %zu (%ld kB in 2 MiB pages): fault %.0f touch %.0f clear %.0f\n"
+         "COSTS clearing share of a 2 MiB fault %.2f; expected fault from the pool (fault - clear) %.0f ns, ratio to a fault %.2f\n",
+         rounds, n, kb, f, tt[rounds / 2], c, c / f, f - c, (f - c) / f);
+  return 0;
+}
+
+/* What eco's system calls cost per large block, without the faults: a
+ * fresh 2 MiB-aligned mapping (mmap, two trimming munmaps, MADV_HUGEPAGE)
+ * and its munmap, vs MADV_DONTNEED of a kept mapping of the same size
+ * (pages not touched in either case). ns per block, medians. */
+static int run_syscost(int rounds, size_t mib) {
+  pin_cpu0();
+  size_t len = mib << 20;
+  const int per = 50;
+  double *tm = calloc(rounds, sizeof(double)), *td = calloc(rounds, sizeof(double));
+  char *kept = map_huge(len, MAP_PAGE_REUSE);
+  if (!kept) return 2;
+  for (int r = 0; r < rounds; r++) {
+    double t0 = now_ns();
+    for (int i = 0; i < per; i++) {
+      char *p = map_huge(len, MAP_PAGE_REUSE);
+      if (!p) return 2;
+      munmap(p, len);
+    }
+    tm[r] = (now_ns() - t0) / per;
+    t0 = now_ns();
+    for (int i = 0; i < per; i++) madvise(kept, len, MADV_DONTNEED);
+    td[r] = (now_ns() - t0) / per;
+  }
+  qsort(tm, rounds, sizeof(double), cmp_d);
+  qsort(td, rounds, sizeof(double), cmp_d);
+  printf("SYSCOST ns per %zu MiB block, median of %d rounds of %d: map+trim+advise+munmap %.0f, MADV_DONTNEED of a kept mapping %.0f\n",
+         mib, rounds, per, tm[rounds / 2], td[rounds / 2]);
+  return 0;
+}
+
+/* A counter of /proc/vmstat, -1 when absent. */
+static long vmstat_value(const char *key) {
+  FILE *f = fopen("/proc/vmstat", "r");
+  char line[256];
+  long v = -1;
+  size_t n = strlen(key);
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n) && line[n] == ' ') { v = strtol(line + n + 1, NULL, 10); break; }
+  fclose(f);
+  return v;
+}
+
+/* Runs a program and prints its peak RSS (wait4's ru_maxrss) and CPU time
+ * (user + sys); on a patched kernel also its page-reuse counters (last seen
+ * in its /proc/PID/status, polled every 20 ms) and the THP faults of the
+ * run (/proc/vmstat thp_fault_alloc, which counts pool hits too). */
 static int run_rss(char **argv) {
+  long thp0 = vmstat_value("thp_fault_alloc");
   pid_t c = fork();
   if (c == 0) {
     execvp(argv[0], argv);
@@ -575,8 +887,26 @@ static int run_rss(char **argv) {
   }
   int st;
   struct rusage ru;
-  if (wait4(c, &st, 0, &ru) < 0) return 2;
-  printf("MAXRSS %ld kB\n", ru.ru_maxrss);
+  char path[64], line[256];
+  long last[4] = {-1, -1, -1, -1};
+  static const char *keys[4] = {"PageReuseHits:", "PageReuseFills:", "PageReuseHugeHits:", "PageReuseHugeFills:"};
+  snprintf(path, sizeof path, "/proc/%d/status", (int)c);
+  for (;;) {
+    pid_t w = wait4(c, &st, WNOHANG, &ru);
+    if (w < 0) return 2;
+    if (w == c) break;
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f))
+      for (int k = 0; k < 4; k++)
+        if (!strncmp(line, keys[k], strlen(keys[k]))) last[k] = strtol(line + strlen(keys[k]), NULL, 10);
+    if (f) fclose(f);
+    usleep(20000);
+  }
+  printf("MAXRSS %ld kB CPU %.3f s\n", ru.ru_maxrss,
+         ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
+  if (last[0] >= 0)
+    printf("REUSE hits %ld fills %ld huge_hits %ld huge_fills %ld thp_faults %ld\n", last[0], last[1], last[2], last[3],
+           vmstat_value("thp_fault_alloc") - thp0);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
@@ -586,15 +916,18 @@ int main(int argc, char **argv) {
   self = argv[0];
   if (argc >= 4 && !strcmp(argv[1], "scan")) return run_scan(argv[2], argv[3]);
   if (argc >= 4 && !strcmp(argv[1], "bench")) return run_bench(atoi(argv[2]), strtoul(argv[3], NULL, 10));
+  if (argc >= 4 && !strcmp(argv[1], "bench-huge")) return run_bench_huge(atoi(argv[2]), strtoul(argv[3], NULL, 10));
+  if (argc >= 4 && !strcmp(argv[1], "syscost")) return run_syscost(atoi(argv[2]), strtoul(argv[3], NULL, 10));
+  if (argc >= 4 && !strcmp(argv[1], "costs-huge")) return run_costs_huge(atoi(argv[2]), strtoul(argv[3], NULL, 10));
   if (argc >= 4 && !strcmp(argv[1], "costs")) return run_costs(atoi(argv[2]), strtoul(argv[3], NULL, 10));
   if (argc < 2 || (strcmp(argv[1], "patched") && strcmp(argv[1], "stock"))) {
-    fprintf(stderr, "usage: %s patched|stock [flags|reuse|secret|pressure|limit]...\n", argv[0]);
+    fprintf(stderr, "usage: %s patched|stock [flags|reuse|secret|pressure|limit|huge]...\n", argv[0]);
     return 2;
   }
   patched = !strcmp(argv[1], "patched");
   static const struct { const char *name; void (*fn)(void); } tests[] = {
       {"flags", test_flags}, {"reuse", test_reuse}, {"secret", test_secret},
-      {"limit", test_limit}, {"pressure", test_pressure},
+      {"limit", test_limit}, {"pressure", test_pressure}, {"huge", test_huge},
   };
   for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
     int want = argc == 2;

@@ -132,7 +132,7 @@ static void test_off_and_eco(void) {
   free(a);
   CHECK(locus_option_set("thp", "bogus") == -1, "bad value refused");
   CHECK(locus_option_set("thp", "auto") == 0, "LOCUS_THP=auto");
-  locus_set_profile("eco");              /* auto never forces huge pages on eco */
+  locus_set_profile("eco");              /* auto: no huge pages for eco (unless the kernel has page reuse) */
   a = malloc(32 * MB);
   touch(a, 32 * MB, 1);
   CHECK(stat_huge() == 0, "eco: counter %lu", (unsigned long)stat_huge());
