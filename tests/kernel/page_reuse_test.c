@@ -65,18 +65,21 @@ static const char *self;
     fflush(stdout);                                      \
   } while (0)
 
-/* A value of /proc/self/status ("PageReuseHits:"), -1 when absent. */
-static long status_value(const char *key) {
-  FILE *f = fopen("/proc/self/status", "r");
+/* The number after KEY and SEP on a line of a /proc file, -1 when absent. */
+static long proc_value(const char *path, const char *key, char sep) {
+  FILE *f = fopen(path, "r");
   char line[256];
   long v = -1;
   size_t n = strlen(key);
   if (!f) return -1;
   while (fgets(line, sizeof line, f))
-    if (!strncmp(line, key, n) && line[n] == ':') { v = strtol(line + n + 1, NULL, 10); break; }
+    if (!strncmp(line, key, n) && line[n] == sep) { v = strtol(line + n + 1, NULL, 10); break; }
   fclose(f);
   return v;
 }
+
+/* A value of /proc/self/status ("PageReuseHits:"), -1 when absent. */
+static long status_value(const char *key) { return proc_value("/proc/self/status", key, ':'); }
 
 static long sysctl_read(const char *name) {
   char path[128], buf[64];
@@ -862,17 +865,7 @@ static int run_syscost(int rounds, size_t mib) {
 }
 
 /* A counter of /proc/vmstat, -1 when absent. */
-static long vmstat_value(const char *key) {
-  FILE *f = fopen("/proc/vmstat", "r");
-  char line[256];
-  long v = -1;
-  size_t n = strlen(key);
-  if (!f) return -1;
-  while (fgets(line, sizeof line, f))
-    if (!strncmp(line, key, n) && line[n] == ' ') { v = strtol(line + n + 1, NULL, 10); break; }
-  fclose(f);
-  return v;
-}
+static long vmstat_value(const char *key) { return proc_value("/proc/vmstat", key, ' '); }
 
 /* Runs a program and prints its peak RSS (wait4's ru_maxrss) and CPU time
  * (user + sys); on a patched kernel also its page-reuse counters (last seen
