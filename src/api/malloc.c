@@ -200,10 +200,19 @@ static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const
   run_t *run = (run_t *)((char *)c->runs + ((o >> (RUN_SHIFT - 6)) & ~(size_t)63));
   size_t off = o & (RUN_SIZE - 1);
   size_t idx = (off * run->recip) >> 32;
-  if (unlikely(idx * run->bsize != off)) return free_local_bad(c, p, fn);
-  if (unlikely(idx >= run->carved)) return free_local_bad(c, p, fn);
+  if (unlikely(idx * run->bsize != off)) {
+    free_local_bad(c, p, fn);
+    return;
+  }
+  if (unlikely(idx >= run->carved)) {
+    free_local_bad(c, p, fn);
+    return;
+  }
   uintptr_t tag = block_tag(p);
-  if (unlikely(((const uintptr_t *)p)[1] == tag)) return free_local_bad(c, p, fn);
+  if (unlikely(((const uintptr_t *)p)[1] == tag)) {
+    free_local_bad(c, p, fn);
+    return;
+  }
   small_free_local(h, c, run, p, tag);
 }
 
@@ -212,7 +221,10 @@ static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
   /* The owner's frees find their chunk in the heap's frame table: no registry walk. */
   if (likely(h)) {
     uintptr_t c = heap_frame_find(h, p);
-    if (likely((uintptr_t)p - c < CHUNK_SIZE)) return free_small_local(h, (chunk_t *)c, p, fn);
+    if (likely((uintptr_t)p - c < CHUNK_SIZE)) {
+      free_small_local(h, (chunk_t *)c, p, fn);
+      return;
+    }
   }
   free_slow(h, p, fn);
 }

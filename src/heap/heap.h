@@ -320,13 +320,19 @@ static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, vo
   LOCUS_ASSERT(run->used > 0 && run->used <= run->carved && run->carved <= run->capacity);
   void **b = p;
   b[1] = (void *)tag;
-  if (unlikely(run->state == RUN_FULL)) return small_free_update(h, c, run, b);
+  if (unlikely(run->state == RUN_FULL)) {
+    small_free_update(h, c, run, b);
+    return;
+  }
   b[0] = run->free;                    /* after the branch: two plain stores, not a vector pack */
   run->free = b;
   /* Emptied: no block of the run is handed out or on thread_free (both
    * count in `used`), so no valid remote free can touch it any more: the
    * retire is decided after the decrement (one branch on its flags). */
-  if (unlikely(run_used_dec(run) == 0)) return small_free_emptied(h, c, run);
+  if (unlikely(run_used_dec(run) == 0)) {
+    small_free_emptied(h, c, run);
+    return;
+  }
 }
 /* Another thread's free: one CAS on the run's thread_free, none on the heap,
  * except the first free into a full run, which tells the owner (small_notify). */
