@@ -89,7 +89,15 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
 #define PLACE_INTERLEAVE TOPO_MAX_NODES
 
 typedef struct heap_s {
-  run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel) */
+  /* The owner's small malloc adds 1 on entering its lock-free pop and 1 on
+   * leaving it (odd: in the pop). A remote free that finds the heap idle
+   * (even and unchanged since the last look, `probe_seq`) may take back the
+   * owner's current runs whose blocks are all free (small_reclaim_current):
+   * OpenMP pool threads never allocate again to do it themselves. */
+  unsigned alloc_seq;
+  unsigned probe_seq;          /* alloc_seq at the last look (h->lock) */
+  run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel); the owner reads
+                                  it without the lock, so it is written with atomic stores */
   run_t *partial[NUM_CLASSES]; /* other non-full runs of the class, oldest first */
   run_t *partial_tail[NUM_CLASSES];
   _Atomic(void *) remote;      /* MPSC stack of medium blocks freed by other threads */
@@ -119,6 +127,7 @@ typedef struct heap_s {
   atomic_size_t st_large_bytes;    /* live large blocks allocated by this heap's threads */
   atomic_size_t st_large_allocs;
   atomic_size_t st_remote_frees;   /* blocks freed by other threads, drained */
+  atomic_size_t st_reclaimed_runs; /* current runs taken back from an idle owner by remote frees */
   /* The heap's own small chunks by address, so that the owner's free finds
    * the chunk of its block without the registry (chunks are not aligned on
    * their size: Valat, PhD thesis, 2014, §3.4). Direct-mapped on the 4 MiB
@@ -290,6 +299,30 @@ static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
 static ALWAYS_INLINE void run_used_inc(run_t *run) { run_used_set(run, run->used + 1u); }
 #endif
 void *small_alloc_slow(heap_t *h, unsigned cls);
+/* The owner's pop window (see heap_t.alloc_seq). The entry's increment must
+ * be visible before cur[] is read: on the owner's side only the compiler is
+ * told; the remote side issues os_membarrier, which makes every running
+ * thread execute a full barrier. Leaving is a release: a remote that reads
+ * the even count sees the pop's writes. */
+static ALWAYS_INLINE void heap_seq_enter(heap_t *h) {
+#if defined(__x86_64__) && !defined(LOCUS_TSAN)
+  h->alloc_seq++;
+#else
+  __atomic_store_n(&h->alloc_seq, h->alloc_seq + 1u, __ATOMIC_RELAXED);
+#endif
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+static ALWAYS_INLINE void heap_seq_leave(heap_t *h) {
+#if defined(__x86_64__) && !defined(LOCUS_TSAN)
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  h->alloc_seq++;
+#else
+  __atomic_store_n(&h->alloc_seq, h->alloc_seq + 1u, __ATOMIC_RELEASE);
+#endif
+}
+static ALWAYS_INLINE run_t *heap_cur(heap_t *h, unsigned cls) {
+  return __atomic_load_n(&h->cur[cls], __ATOMIC_RELAXED);
+}
 /* The owner's free of b when the run is full or b is its last block (under the lock). */
 void small_free_update(heap_t *h, chunk_t *c, run_t *run, void **b);
 /* The owner's free emptied the run: retired unless current (under the lock). */

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "heap/heap.h"
+#include "os/os.h"
 
 uint8_t locus_class_of16[SMALL_MAX / 16 + 1];
 uint32_t locus_class_size[NUM_CLASSES];
@@ -338,6 +339,65 @@ NOINLINE void small_free_emptied(heap_t *h, chunk_t *c, run_t *run) {
   heap_unlock(h);
 }
 
+/* Every handed-out block of the run is on thread_free (none is held by the
+ * owner or anyone). Under the heap's lock. */
+static bool run_all_free(run_t *run) {
+  uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
+  return ((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT) == run_used(run);
+}
+
+/* Takes back, without the owner, the current runs whose blocks are all free
+ * (by remote frees, or by the owner's, which keep an emptied current run) when
+ * the owner looks idle: an OpenMP pool thread that allocated in one loop
+ * and never allocates again would pin them, and their chunks, for ever.
+ * Called by remote frees under the owner's lock (small_free_last).
+ *
+ * The owner pops from cur[] without the lock, between two increments of
+ * alloc_seq (odd inside). Protocol: the heap must have been seen idle twice
+ * (an even alloc_seq, unchanged since the previous look: an owner that
+ * allocates keeps its runs); the runs are unhooked (cur[] = sentinel); then
+ * os_membarrier makes the owner's entry increment visible if it was already
+ * in a pop that may have read the old cur[] (x86 may hold that store in its
+ * buffer past the load); a pop starting after the barrier sees the
+ * sentinel and takes the lock. alloc_seq still unchanged: nobody pops from
+ * the unhooked runs, which are retired (their chunks go to the source when
+ * empty). Changed: the runs are hooked back. The owner holds no block of
+ * such a run, so its frees cannot touch it either. */
+static void reclaim_current(heap_t *h) {
+  unsigned s = __atomic_load_n(&h->alloc_seq, __ATOMIC_ACQUIRE);
+  if ((s & 1) || s != h->probe_seq) {
+    h->probe_seq = s;
+    return;
+  }
+  run_t *taken[NUM_CLASSES];
+  unsigned n = 0;
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    run_t *run = h->cur[cls];
+    taken[cls] = NULL;
+    if (run == &locus_empty_run || !run_all_free(run)) continue;
+    taken[cls] = run;
+    __atomic_store_n(&h->cur[cls], &locus_empty_run, __ATOMIC_RELAXED);
+    n++;
+  }
+  if (!n) return;
+  bool ok = os_membarrier() && __atomic_load_n(&h->alloc_seq, __ATOMIC_ACQUIRE) == s;
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    run_t *run = taken[cls];
+    if (!run) continue;
+    if (!ok) {                          /* the owner may be popping: hook back */
+      __atomic_store_n(&h->cur[cls], run, __ATOMIC_RELAXED);
+      continue;
+    }
+    LOCUS_ASSERT(run->state == RUN_ACTIVE && run_all_free(run));
+    chunk_t *c = run_chunk(run);
+    collect_list(h, c, run, false);    /* checked for double frees; the retire drops the lists */
+    run->state = RUN_FULL;              /* on no list (it was current) */
+    small_run_retire(h, c, run, false);
+  }
+  heap_stat_add_shared(&h->st_reclaimed_runs, ok ? n : 0);
+  h->probe_seq = __atomic_load_n(&h->alloc_seq, __ATOMIC_RELAXED);
+}
+
 /* A remote free that may be the run's last handed-out block (see
  * small_free_remote). With the owner's lock, the run is checked again: not
  * current (the owner's malloc pops only there without the lock), every
@@ -376,6 +436,7 @@ NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
     collect_list(owner, c, run, false);
     if (run->used == 0) small_run_retire(owner, c, run, false);
   }
+  reclaim_current(owner);
   heap_unlock(owner);
 }
 
