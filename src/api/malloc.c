@@ -26,17 +26,17 @@ static NOINLINE void *small_slow(heap_t *h, unsigned cls) {
 }
 
 static ALWAYS_INLINE void *small_alloc(heap_t *h, unsigned cls) {
-  heap_seq_enter(h);                   /* a remote free must not take cur[cls] back now */
+  heap_pop_enter(h);                   /* a remote free must not take cur[cls] back now */
   run_t *run = heap_cur(h, cls);
   void **b = run->free;
   if (likely(b)) {
     run->free = b[0];
     run_used_inc(run);
     b[1] = NULL;                       /* clears the freed-block tag */
-    heap_seq_leave(h);
+    heap_pop_leave(h);
     return b;
   }
-  heap_seq_leave(h);                   /* the slow path works under the lock */
+  heap_pop_leave(h);                   /* the slow path works under the lock */
   return small_slow(h, cls);
 }
 

@@ -89,15 +89,15 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
 #define PLACE_INTERLEAVE TOPO_MAX_NODES
 
 typedef struct heap_s {
-  /* The owner's small malloc adds 1 on entering its lock-free pop and 1 on
-   * leaving it (odd: in the pop). A remote free that finds the heap idle
-   * (even and unchanged since the last look, `probe_seq`) may take back the
-   * owner's current runs whose blocks are all free (small_reclaim_current):
-   * OpenMP pool threads never allocate again to do it themselves. */
-  unsigned alloc_seq;
-  unsigned probe_seq;          /* alloc_seq at the last look (h->lock) */
   run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel); the owner reads
-                                  it without the lock, so it is written with atomic stores */
+                                  it without the lock, so others write it with atomic stores */
+  /* The owner's small malloc stores HEAP_POPPING on entering its lock-free
+   * pop and HEAP_IDLE on leaving it (plain stores: no dependency between
+   * mallocs). A remote free marks an idle heap HEAP_PROBED; found still
+   * probed at a later look, the owner has not allocated since, and the
+   * current runs whose blocks are all free may be taken back without it
+   * (small_reclaim_current): OpenMP pool threads never allocate again. */
+  unsigned pop;
   run_t *partial[NUM_CLASSES]; /* other non-full runs of the class, oldest first */
   run_t *partial_tail[NUM_CLASSES];
   _Atomic(void *) remote;      /* MPSC stack of medium blocks freed by other threads */
@@ -299,25 +299,26 @@ static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
 static ALWAYS_INLINE void run_used_inc(run_t *run) { run_used_set(run, run->used + 1u); }
 #endif
 void *small_alloc_slow(heap_t *h, unsigned cls);
-/* The owner's pop window (see heap_t.alloc_seq). The entry's increment must
- * be visible before cur[] is read: on the owner's side only the compiler is
+enum { HEAP_IDLE = 0, HEAP_POPPING = 1, HEAP_PROBED = 2 };
+/* The owner's pop window (see heap_t.pop). The entry's store must be
+ * visible before cur[] is read: on the owner's side only the compiler is
  * told; the remote side issues os_membarrier, which makes every running
  * thread execute a full barrier. Leaving is a release: a remote that reads
- * the even count sees the pop's writes. */
-static ALWAYS_INLINE void heap_seq_enter(heap_t *h) {
+ * HEAP_IDLE sees the pop's writes. */
+static ALWAYS_INLINE void heap_pop_enter(heap_t *h) {
 #if defined(__x86_64__) && !defined(LOCUS_TSAN)
-  h->alloc_seq++;
+  h->pop = HEAP_POPPING;
 #else
-  __atomic_store_n(&h->alloc_seq, h->alloc_seq + 1u, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->pop, HEAP_POPPING, __ATOMIC_RELAXED);
 #endif
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
-static ALWAYS_INLINE void heap_seq_leave(heap_t *h) {
+static ALWAYS_INLINE void heap_pop_leave(heap_t *h) {
 #if defined(__x86_64__) && !defined(LOCUS_TSAN)
   __atomic_signal_fence(__ATOMIC_RELEASE);
-  h->alloc_seq++;
+  h->pop = HEAP_IDLE;
 #else
-  __atomic_store_n(&h->alloc_seq, h->alloc_seq + 1u, __ATOMIC_RELEASE);
+  __atomic_store_n(&h->pop, HEAP_IDLE, __ATOMIC_RELEASE);
 #endif
 }
 static ALWAYS_INLINE run_t *heap_cur(heap_t *h, unsigned cls) {

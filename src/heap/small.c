@@ -340,7 +340,8 @@ NOINLINE void small_free_emptied(heap_t *h, chunk_t *c, run_t *run) {
 }
 
 /* Every handed-out block of the run is on thread_free (none is held by the
- * owner or anyone). Under the heap's lock. */
+ * owner or anyone). Under the heap's lock. With used > 0 the owner holds no
+ * block of the run: none of its frees can be about to touch it. */
 static bool run_all_free(run_t *run) {
   uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
   return ((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT) == run_used(run);
@@ -352,21 +353,24 @@ static bool run_all_free(run_t *run) {
  * and never allocates again would pin them, and their chunks, for ever.
  * Called by remote frees under the owner's lock (small_free_last).
  *
- * The owner pops from cur[] without the lock, between two increments of
- * alloc_seq (odd inside). Protocol: the heap must have been seen idle twice
- * (an even alloc_seq, unchanged since the previous look: an owner that
- * allocates keeps its runs); the runs are unhooked (cur[] = sentinel); then
- * os_membarrier makes the owner's entry increment visible if it was already
- * in a pop that may have read the old cur[] (x86 may hold that store in its
+ * The owner pops from cur[] without the lock, between its stores of
+ * HEAP_POPPING and HEAP_IDLE to h->pop. Protocol: a look that finds the
+ * heap idle marks it HEAP_PROBED and stops there; a later look that still
+ * finds it probed (the owner has not allocated since: an owner that
+ * allocates keeps its runs) unhooks the runs (cur[] = sentinel); then
+ * os_membarrier makes the owner's entry store visible if it was already in
+ * a pop that may have read the old cur[] (x86 may hold that store in its
  * buffer past the load); a pop starting after the barrier sees the
- * sentinel and takes the lock. alloc_seq still unchanged: nobody pops from
- * the unhooked runs, which are retired (their chunks go to the source when
- * empty). Changed: the runs are hooked back. The owner holds no block of
- * such a run, so its frees cannot touch it either. */
+ * sentinel and takes the lock. Still probed: nobody pops from the unhooked
+ * runs, which are retired (their chunks go to the source when empty).
+ * Else the runs are hooked back. The owner holds no block of such a run,
+ * so its frees cannot touch it either. */
 static void reclaim_current(heap_t *h) {
-  unsigned s = __atomic_load_n(&h->alloc_seq, __ATOMIC_ACQUIRE);
-  if ((s & 1) || s != h->probe_seq) {
-    h->probe_seq = s;
+  unsigned v = __atomic_load_n(&h->pop, __ATOMIC_ACQUIRE);
+  if (v != HEAP_PROBED) {
+    unsigned idle = HEAP_IDLE;
+    if (v == HEAP_IDLE)
+      __atomic_compare_exchange_n(&h->pop, &idle, HEAP_PROBED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
     return;
   }
   run_t *taken[NUM_CLASSES];
@@ -374,13 +378,15 @@ static void reclaim_current(heap_t *h) {
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
     run_t *run = h->cur[cls];
     taken[cls] = NULL;
-    if (run == &locus_empty_run || !run_all_free(run)) continue;
+    /* used > 0: an emptied current run may be the owner's own doing, whose
+     * free then retires it under the lock (small_free_emptied) */
+    if (run == &locus_empty_run || run_used(run) == 0 || !run_all_free(run)) continue;
     taken[cls] = run;
     __atomic_store_n(&h->cur[cls], &locus_empty_run, __ATOMIC_RELAXED);
     n++;
   }
   if (!n) return;
-  bool ok = os_membarrier() && __atomic_load_n(&h->alloc_seq, __ATOMIC_ACQUIRE) == s;
+  bool ok = os_membarrier() && __atomic_load_n(&h->pop, __ATOMIC_ACQUIRE) == HEAP_PROBED;
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
     run_t *run = taken[cls];
     if (!run) continue;
@@ -395,7 +401,6 @@ static void reclaim_current(heap_t *h) {
     small_run_retire(h, c, run, false);
   }
   heap_stat_add_shared(&h->st_reclaimed_runs, ok ? n : 0);
-  h->probe_seq = __atomic_load_n(&h->alloc_seq, __ATOMIC_RELAXED);
 }
 
 /* A remote free that may be the run's last handed-out block (see
