@@ -4,7 +4,8 @@
  * - a full run that other threads empty serves its owner again (the notify
  *   stack), so a producer whose blocks a consumer frees does not grow;
  * - a live thread that stops allocating gets its runs back to the source
- *   when another thread frees their blocks (no locus call, no owner help);
+ *   when another thread frees their blocks (no locus call, no owner help),
+ *   its current runs included;
  * - a block pushed twice on a run's thread_free (what two threads freeing it
  *   at the same moment produce) is reported as a double free when its owner
  *   takes the list back: the walk is bounded, no cycle is followed;
@@ -137,8 +138,11 @@ static void test_idle_owner(void) {
   }
   size_t use2 = in_use();
   printf("idle owner: in use %zu -> %zu -> %zu KiB\n", use0 >> 10, use1 >> 10, use2 >> 10);
-  /* What stays: the owner's current runs and the chunks they lie in. */
-  CHECK(use2 - use0 <= (use1 - use0) / 3, "only %zu of %zu KiB came back without the owner",
+  /* Everything comes back, the owner's current runs included (taken back by
+   * the remote frees once the owner is seen idle: reclaim_current). Before,
+   * those runs pinned 3 chunks (12 MiB) here. One chunk of slack: another
+   * heap of this process may take one meanwhile (this is a memory figure). */
+  CHECK(use2 <= use0 + CHUNK_SIZE, "only %zu of %zu KiB came back without the owner",
         (use1 - use2) >> 10, (use1 - use0) >> 10);
   sem_post(&idle_quit);
   pthread_join(t, NULL);
