@@ -102,6 +102,8 @@ typedef struct heap_s {
   run_t *partial_tail[NUM_CLASSES];
   _Atomic(void *) remote;      /* MPSC stack of medium blocks freed by other threads */
   _Atomic(run_t *) notify;     /* MPSC stack of full runs that got a remote free */
+  atomic_int recheck;          /* a remote last free found the lock taken: the next small-path
+                                  locker looks for runs whose blocks are all free (small.c) */
   lock_t lock;                 /* small-run lists, chunk list, notify draining: the owner's slow
                                   paths hold it; a remote free that empties a run takes it (try
                                   only) to give the run back without the owner */

@@ -266,6 +266,8 @@ static void *alloc_slow_locked(heap_t *h, unsigned cls) {
   return run_pop(run);
 }
 
+static void recheck_unlock(heap_t *h);
+
 void *small_alloc_slow(heap_t *h, unsigned cls) {
   if (unlikely(h == &locus_oom_heap)) {     /* no heap yet: the OS may have memory now */
     h = heap_get_slow();
@@ -274,7 +276,7 @@ void *small_alloc_slow(heap_t *h, unsigned cls) {
   heap_debug_tick(h);
   heap_lock(h);
   void *p = alloc_slow_locked(h, cls);
-  heap_unlock(h);
+  recheck_unlock(h);
   return p;
 }
 
@@ -410,11 +412,52 @@ static void reclaim_current(heap_t *h) {
  * into it): then the run is taken back and retired here, and its chunk goes
  * to the source when it was the last run (after leaving the owner's frame
  * table, which the owner's free path reads without the lock). */
+/* Retires the runs of h whose handed-out blocks (at least one) are all on
+ * thread_free and that are not current; then the idle owner's current runs
+ * (reclaim_current). h->lock held. The one who sets h->recheck after
+ * failing to take the lock leaves this to the holder. */
+static void recheck_runs(heap_t *h) {
+  chunk_t *c = h->small_chunks;
+  while (c) {
+    chunk_t *next = c->next;           /* c may go back to the source */
+    uint64_t live = ~c->free_runs & ~(uint64_t)1;
+    while (live) {
+      unsigned i = (unsigned)__builtin_ctzll(live);
+      live &= live - 1;
+      run_t *run = &c->runs[i];
+      /* used > 0: a run the owner's free emptied is retired by that free */
+      if (run->state == RUN_FREE || h->cur[run->cls] == run || run_used(run) == 0 || !run_all_free(run))
+        continue;
+      bool last = (c->free_runs | ((uint64_t)1 << i)) == ~(uint64_t)1;
+      collect_list(h, c, run, false);
+      small_run_retire(h, c, run, false);
+      if (last) break;                 /* the chunk went back to the source */
+    }
+    c = next;
+  }
+  reclaim_current(h);
+}
+
+/* Releases h->lock; a recheck asked for meanwhile is done first, and again
+ * after the release if one was asked for between (the asker tried the lock
+ * after setting the flag: one of the two sees the other). */
+static void recheck_unlock(heap_t *h) {
+  for (;;) {
+    if (atomic_load_explicit(&h->recheck, memory_order_relaxed) && atomic_exchange(&h->recheck, 0))
+      recheck_runs(h);
+    heap_unlock(h);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!atomic_load(&h->recheck) || !lock_try(&h->lock)) return;
+  }
+}
+
 NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
-  /* Waiting is short: the lock is held only by the owner's slow path and by
-   * other frees like this one, once per emptied run. */
-  bool locked = heap_state(owner) != HEAP_DEAD;
-  if (locked) heap_lock(owner);
+  /* The lock is tried, never waited for: a taken lock (the owner's slow
+   * path, another free like this one) leaves the run to its holder, told
+   * through h->recheck. Our block keeps the run alive until pushed; after
+   * the push, without the lock, the run is not touched again. */
+  bool live = heap_state(owner) != HEAP_DEAD;
+  bool locked = live && lock_try(&owner->lock);
   void **b = p;
   b[1] = (void *)block_tag(b);
   uintptr_t old = atomic_load_explicit(&run->thread_free, memory_order_relaxed), nw;
@@ -431,7 +474,13 @@ NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
       break;
   }
   if (nw & TF_NOTIFYING) small_notify(owner, run);
-  if (!locked) return;
+  if (!locked) {
+    if (!live) return;
+    atomic_store(&owner->recheck, 1);
+    if (!lock_try(&owner->lock)) return;   /* the holder sees the flag after its release */
+    recheck_unlock(owner);
+    return;
+  }
   uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
   if (run->state != RUN_FREE && owner->cur[run->cls] != run &&
       ((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT) == run_used(run)) {
@@ -442,7 +491,7 @@ NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
     if (run->used == 0) small_run_retire(owner, c, run, false);
   }
   reclaim_current(owner);
-  heap_unlock(owner);
+  recheck_unlock(owner);
 }
 
 /* One run at collection: remote frees taken back; empty and not current:
