@@ -26,14 +26,17 @@ static NOINLINE void *small_slow(heap_t *h, unsigned cls) {
 }
 
 static ALWAYS_INLINE void *small_alloc(heap_t *h, unsigned cls) {
-  run_t *run = h->cur[cls];
+  heap_pop_enter(h);                   /* a remote free must not take cur[cls] back now */
+  run_t *run = heap_cur(h, cls);
   void **b = run->free;
   if (likely(b)) {
     run->free = b[0];
     run_used_inc(run);
     b[1] = NULL;                       /* clears the freed-block tag */
+    heap_pop_leave(h);
     return b;
   }
+  heap_pop_leave(h);                   /* the slow path works under the lock */
   return small_slow(h, cls);
 }
 
@@ -200,10 +203,19 @@ static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const
   run_t *run = (run_t *)((char *)c->runs + ((o >> (RUN_SHIFT - 6)) & ~(size_t)63));
   size_t off = o & (RUN_SIZE - 1);
   size_t idx = (off * run->recip) >> 32;
-  if (unlikely(idx * run->bsize != off)) return free_local_bad(c, p, fn);
-  if (unlikely(idx >= run->carved)) return free_local_bad(c, p, fn);
+  if (unlikely(idx * run->bsize != off)) {
+    free_local_bad(c, p, fn);
+    return;
+  }
+  if (unlikely(idx >= run->carved)) {
+    free_local_bad(c, p, fn);
+    return;
+  }
   uintptr_t tag = block_tag(p);
-  if (unlikely(((const uintptr_t *)p)[1] == tag)) return free_local_bad(c, p, fn);
+  if (unlikely(((const uintptr_t *)p)[1] == tag)) {
+    free_local_bad(c, p, fn);
+    return;
+  }
   small_free_local(h, c, run, p, tag);
 }
 
@@ -212,7 +224,10 @@ static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
   /* The owner's frees find their chunk in the heap's frame table: no registry walk. */
   if (likely(h)) {
     uintptr_t c = heap_frame_find(h, p);
-    if (likely((uintptr_t)p - c < CHUNK_SIZE)) return free_small_local(h, (chunk_t *)c, p, fn);
+    if (likely((uintptr_t)p - c < CHUNK_SIZE)) {
+      free_small_local(h, (chunk_t *)c, p, fn);
+      return;
+    }
   }
   free_slow(h, p, fn);
 }

@@ -428,6 +428,7 @@ void locus_init(void) {
   options_init();
   sources_init();
   small_init();
+  os_membarrier_init();                /* without it, idle heaps keep their current runs */
   locus_free_key = os_random() | 1;
   /* Without the key, exiting threads keep their heaps instead of handing
    * them on: a leak, never a corruption. */

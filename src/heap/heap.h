@@ -89,11 +89,21 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
 #define PLACE_INTERLEAVE TOPO_MAX_NODES
 
 typedef struct heap_s {
-  run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel) */
+  run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel); the owner reads
+                                  it without the lock, so others write it with atomic stores */
+  /* The owner's small malloc stores HEAP_POPPING on entering its lock-free
+   * pop and HEAP_IDLE on leaving it (plain stores: no dependency between
+   * mallocs). A remote free marks an idle heap HEAP_PROBED; found still
+   * probed at a later look, the owner has not allocated since, and the
+   * current runs whose blocks are all free may be taken back without it
+   * (small_reclaim_current): OpenMP pool threads never allocate again. */
+  unsigned pop;
   run_t *partial[NUM_CLASSES]; /* other non-full runs of the class, oldest first */
   run_t *partial_tail[NUM_CLASSES];
   _Atomic(void *) remote;      /* MPSC stack of medium blocks freed by other threads */
   _Atomic(run_t *) notify;     /* MPSC stack of full runs that got a remote free */
+  atomic_int recheck;          /* a remote last free found the lock taken: the next small-path
+                                  locker looks for runs whose blocks are all free (small.c) */
   lock_t lock;                 /* small-run lists, chunk list, notify draining: the owner's slow
                                   paths hold it; a remote free that empties a run takes it (try
                                   only) to give the run back without the owner */
@@ -119,6 +129,7 @@ typedef struct heap_s {
   atomic_size_t st_large_bytes;    /* live large blocks allocated by this heap's threads */
   atomic_size_t st_large_allocs;
   atomic_size_t st_remote_frees;   /* blocks freed by other threads, drained */
+  atomic_size_t st_reclaimed_runs; /* current runs taken back from an idle owner by remote frees */
   /* The heap's own small chunks by address, so that the owner's free finds
    * the chunk of its block without the registry (chunks are not aligned on
    * their size: Valat, PhD thesis, 2014, §3.4). Direct-mapped on the 4 MiB
@@ -290,6 +301,31 @@ static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
 static ALWAYS_INLINE void run_used_inc(run_t *run) { run_used_set(run, run->used + 1u); }
 #endif
 void *small_alloc_slow(heap_t *h, unsigned cls);
+enum { HEAP_IDLE = 0, HEAP_POPPING = 1, HEAP_PROBED = 2 };
+/* The owner's pop window (see heap_t.pop). The entry's store must be
+ * visible before cur[] is read: on the owner's side only the compiler is
+ * told; the remote side issues os_membarrier, which makes every running
+ * thread execute a full barrier. Leaving is a release: a remote that reads
+ * HEAP_IDLE sees the pop's writes. */
+static ALWAYS_INLINE void heap_pop_enter(heap_t *h) {
+#if defined(__x86_64__) && !defined(LOCUS_TSAN)
+  h->pop = HEAP_POPPING;
+#else
+  __atomic_store_n(&h->pop, HEAP_POPPING, __ATOMIC_RELAXED);
+#endif
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+static ALWAYS_INLINE void heap_pop_leave(heap_t *h) {
+#if defined(__x86_64__) && !defined(LOCUS_TSAN)
+  __atomic_signal_fence(__ATOMIC_RELEASE);
+  h->pop = HEAP_IDLE;
+#else
+  __atomic_store_n(&h->pop, HEAP_IDLE, __ATOMIC_RELEASE);
+#endif
+}
+static ALWAYS_INLINE run_t *heap_cur(heap_t *h, unsigned cls) {
+  return __atomic_load_n(&h->cur[cls], __ATOMIC_RELAXED);
+}
 /* The owner's free of b when the run is full or b is its last block (under the lock). */
 void small_free_update(heap_t *h, chunk_t *c, run_t *run, void **b);
 /* The owner's free emptied the run: retired unless current (under the lock). */
@@ -320,13 +356,19 @@ static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, vo
   LOCUS_ASSERT(run->used > 0 && run->used <= run->carved && run->carved <= run->capacity);
   void **b = p;
   b[1] = (void *)tag;
-  if (unlikely(run->state == RUN_FULL)) return small_free_update(h, c, run, b);
+  if (unlikely(run->state == RUN_FULL)) {
+    small_free_update(h, c, run, b);
+    return;
+  }
   b[0] = run->free;                    /* after the branch: two plain stores, not a vector pack */
   run->free = b;
   /* Emptied: no block of the run is handed out or on thread_free (both
    * count in `used`), so no valid remote free can touch it any more: the
    * retire is decided after the decrement (one branch on its flags). */
-  if (unlikely(run_used_dec(run) == 0)) return small_free_emptied(h, c, run);
+  if (unlikely(run_used_dec(run) == 0)) {
+    small_free_emptied(h, c, run);
+    return;
+  }
 }
 /* Another thread's free: one CAS on the run's thread_free, none on the heap,
  * except the first free into a full run, which tells the owner (small_notify). */

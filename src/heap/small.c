@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "heap/heap.h"
+#include "os/os.h"
 
 uint8_t locus_class_of16[SMALL_MAX / 16 + 1];
 uint32_t locus_class_size[NUM_CLASSES];
@@ -265,6 +266,8 @@ static void *alloc_slow_locked(heap_t *h, unsigned cls) {
   return run_pop(run);
 }
 
+static void recheck_unlock(heap_t *h);
+
 void *small_alloc_slow(heap_t *h, unsigned cls) {
   if (unlikely(h == &locus_oom_heap)) {     /* no heap yet: the OS may have memory now */
     h = heap_get_slow();
@@ -273,7 +276,7 @@ void *small_alloc_slow(heap_t *h, unsigned cls) {
   heap_debug_tick(h);
   heap_lock(h);
   void *p = alloc_slow_locked(h, cls);
-  heap_unlock(h);
+  recheck_unlock(h);
   return p;
 }
 
@@ -338,6 +341,70 @@ NOINLINE void small_free_emptied(heap_t *h, chunk_t *c, run_t *run) {
   heap_unlock(h);
 }
 
+/* Every handed-out block of the run is on thread_free (none is held by the
+ * owner or anyone). Under the heap's lock. With used > 0 the owner holds no
+ * block of the run: none of its frees can be about to touch it. */
+static bool run_all_free(run_t *run) {
+  uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
+  return ((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT) == run_used(run);
+}
+
+/* Takes back, without the owner, the current runs whose blocks are all free
+ * (by remote frees, or by the owner's, which keep an emptied current run) when
+ * the owner looks idle: an OpenMP pool thread that allocated in one loop
+ * and never allocates again would pin them, and their chunks, for ever.
+ * Called by remote frees under the owner's lock (small_free_last).
+ *
+ * The owner pops from cur[] without the lock, between its stores of
+ * HEAP_POPPING and HEAP_IDLE to h->pop. Protocol: a look that finds the
+ * heap idle marks it HEAP_PROBED and stops there; a later look that still
+ * finds it probed (the owner has not allocated since: an owner that
+ * allocates keeps its runs) unhooks the runs (cur[] = sentinel); then
+ * os_membarrier makes the owner's entry store visible if it was already in
+ * a pop that may have read the old cur[] (x86 may hold that store in its
+ * buffer past the load); a pop starting after the barrier sees the
+ * sentinel and takes the lock. Still probed: nobody pops from the unhooked
+ * runs, which are retired (their chunks go to the source when empty).
+ * Else the runs are hooked back. The owner holds no block of such a run,
+ * so its frees cannot touch it either. */
+static void reclaim_current(heap_t *h) {
+  unsigned v = __atomic_load_n(&h->pop, __ATOMIC_ACQUIRE);
+  if (v != HEAP_PROBED) {
+    unsigned idle = HEAP_IDLE;
+    if (v == HEAP_IDLE)
+      __atomic_compare_exchange_n(&h->pop, &idle, HEAP_PROBED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    return;
+  }
+  run_t *taken[NUM_CLASSES];
+  unsigned n = 0;
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    run_t *run = h->cur[cls];
+    taken[cls] = NULL;
+    /* used > 0: an emptied current run may be the owner's own doing, whose
+     * free then retires it under the lock (small_free_emptied) */
+    if (run == &locus_empty_run || run_used(run) == 0 || !run_all_free(run)) continue;
+    taken[cls] = run;
+    __atomic_store_n(&h->cur[cls], &locus_empty_run, __ATOMIC_RELAXED);
+    n++;
+  }
+  if (!n) return;
+  bool ok = os_membarrier() && __atomic_load_n(&h->pop, __ATOMIC_ACQUIRE) == HEAP_PROBED;
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    run_t *run = taken[cls];
+    if (!run) continue;
+    if (!ok) {                          /* the owner may be popping: hook back */
+      __atomic_store_n(&h->cur[cls], run, __ATOMIC_RELAXED);
+      continue;
+    }
+    LOCUS_ASSERT(run->state == RUN_ACTIVE && run_all_free(run));
+    chunk_t *c = run_chunk(run);
+    collect_list(h, c, run, false);    /* checked for double frees; the retire drops the lists */
+    run->state = RUN_FULL;              /* on no list (it was current) */
+    small_run_retire(h, c, run, false);
+  }
+  heap_stat_add_shared(&h->st_reclaimed_runs, ok ? n : 0);
+}
+
 /* A remote free that may be the run's last handed-out block (see
  * small_free_remote). With the owner's lock, the run is checked again: not
  * current (the owner's malloc pops only there without the lock), every
@@ -345,11 +412,52 @@ NOINLINE void small_free_emptied(heap_t *h, chunk_t *c, run_t *run) {
  * into it): then the run is taken back and retired here, and its chunk goes
  * to the source when it was the last run (after leaving the owner's frame
  * table, which the owner's free path reads without the lock). */
+/* Retires the runs of h whose handed-out blocks (at least one) are all on
+ * thread_free and that are not current; then the idle owner's current runs
+ * (reclaim_current). h->lock held. The one who sets h->recheck after
+ * failing to take the lock leaves this to the holder. */
+static void recheck_runs(heap_t *h) {
+  chunk_t *c = h->small_chunks;
+  while (c) {
+    chunk_t *next = c->next;           /* c may go back to the source */
+    uint64_t live = ~c->free_runs & ~(uint64_t)1;
+    while (live) {
+      unsigned i = (unsigned)__builtin_ctzll(live);
+      live &= live - 1;
+      run_t *run = &c->runs[i];
+      /* used > 0: a run the owner's free emptied is retired by that free */
+      if (run->state == RUN_FREE || h->cur[run->cls] == run || run_used(run) == 0 || !run_all_free(run))
+        continue;
+      bool last = (c->free_runs | ((uint64_t)1 << i)) == ~(uint64_t)1;
+      collect_list(h, c, run, false);
+      small_run_retire(h, c, run, false);
+      if (last) break;                 /* the chunk went back to the source */
+    }
+    c = next;
+  }
+  reclaim_current(h);
+}
+
+/* Releases h->lock; a recheck asked for meanwhile is done first, and again
+ * after the release if one was asked for between (the asker tried the lock
+ * after setting the flag: one of the two sees the other). */
+static void recheck_unlock(heap_t *h) {
+  for (;;) {
+    if (atomic_load_explicit(&h->recheck, memory_order_relaxed) && atomic_exchange(&h->recheck, 0))
+      recheck_runs(h);
+    heap_unlock(h);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!atomic_load(&h->recheck) || !lock_try(&h->lock)) return;
+  }
+}
+
 NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
-  /* Waiting is short: the lock is held only by the owner's slow path and by
-   * other frees like this one, once per emptied run. */
-  bool locked = heap_state(owner) != HEAP_DEAD;
-  if (locked) heap_lock(owner);
+  /* The lock is tried, never waited for: a taken lock (the owner's slow
+   * path, another free like this one) leaves the run to its holder, told
+   * through h->recheck. Our block keeps the run alive until pushed; after
+   * the push, without the lock, the run is not touched again. */
+  bool live = heap_state(owner) != HEAP_DEAD;
+  bool locked = live && lock_try(&owner->lock);
   void **b = p;
   b[1] = (void *)block_tag(b);
   uintptr_t old = atomic_load_explicit(&run->thread_free, memory_order_relaxed), nw;
@@ -366,7 +474,13 @@ NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
       break;
   }
   if (nw & TF_NOTIFYING) small_notify(owner, run);
-  if (!locked) return;
+  if (!locked) {
+    if (!live) return;
+    atomic_store(&owner->recheck, 1);
+    if (!lock_try(&owner->lock)) return;   /* the holder sees the flag after its release */
+    recheck_unlock(owner);
+    return;
+  }
   uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_acquire);
   if (run->state != RUN_FREE && owner->cur[run->cls] != run &&
       ((tf & TF_COUNT_MASK) >> TF_COUNT_SHIFT) == run_used(run)) {
@@ -376,7 +490,8 @@ NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
     collect_list(owner, c, run, false);
     if (run->used == 0) small_run_retire(owner, c, run, false);
   }
-  heap_unlock(owner);
+  reclaim_current(owner);
+  recheck_unlock(owner);
 }
 
 /* One run at collection: remote frees taken back; empty and not current:

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <linux/membarrier.h>
 #include <linux/mempolicy.h>
 
 #include "os/os.h"
@@ -270,6 +271,19 @@ uint64_t os_random(void) {
 long os_gettid(void) { return syscall(SYS_gettid); }
 int os_getpid(void) { return (int)getpid(); }
 void os_yield(void) { sched_yield(); }
+
+/* Asymmetric fences (membarrier, private expedited): registered once at
+ * init; without it (old kernel, seccomp) os_membarrier says false. */
+static bool membarrier_ok;
+bool os_membarrier_init(void) {
+  long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (q < 0 || !(q & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return false;
+  membarrier_ok = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  return membarrier_ok;
+}
+bool os_membarrier(void) {
+  return membarrier_ok && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
 
 int os_thread_cpus(uint64_t *bits, size_t words) {
   /* The raw call: it reports how many bytes of mask the kernel has, which the

@@ -96,6 +96,11 @@ uint64_t os_random(void);
 long os_gettid(void);
 int os_getpid(void);
 void os_yield(void);
+/* Every running thread of the process executes a full memory barrier before
+ * this returns (membarrier private expedited): the other side of a fence
+ * that the fast paths leave to the compiler. False when unavailable. */
+bool os_membarrier(void);
+bool os_membarrier_init(void);             /* once, at init */
 /* The CPUs the calling thread may run on, as a bitmap of `words` 64-bit words;
  * returns the number of words the kernel filled, or -1. */
 int os_thread_cpus(uint64_t *bits, size_t words);

@@ -74,8 +74,9 @@ typedef struct { text_t *t; int n; } heap_ctx_t;
 static void json_heap(void *ctx, const heap_t *h) {
   heap_ctx_t *c = ctx;
   text(c->t, "%s{\"tid\":%d,\"state\":\"%s\",\"place\":%d,\"node\":%d,\"chunk_bytes\":%zu,\"large_bytes\":%zu,"
-       "\"large_allocs\":%zu,\"remote_frees\":%zu}", c->n++ ? "," : "", (int)h->tid, heap_states[h->state],
-       h->place, h->node, HLD(h, st_chunk_bytes), HLD(h, st_large_bytes), HLD(h, st_large_allocs), HLD(h, st_remote_frees));
+       "\"large_allocs\":%zu,\"remote_frees\":%zu,\"reclaimed_runs\":%zu}", c->n++ ? "," : "", (int)h->tid,
+       heap_states[h->state], h->place, h->node, HLD(h, st_chunk_bytes), HLD(h, st_large_bytes), HLD(h, st_large_allocs),
+       HLD(h, st_remote_frees), HLD(h, st_reclaimed_runs));
 }
 
 LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
@@ -144,9 +145,10 @@ static void report_heap(void *ctx, const heap_t *h) {
     if (c->n == 18) text(c->t, "  (more heaps not shown)\n");
     return;
   }
-  text(c->t, "  heap %s tid %d   : chunks %zu KiB, large blocks %zu KiB (%zu allocated), %zu remote frees\n",
+  text(c->t, "  heap %s tid %d   : chunks %zu KiB, large blocks %zu KiB (%zu allocated), %zu remote frees, "
+       "%zu current runs taken back while idle\n",
        heap_states[h->state], (int)h->tid, HLD(h, st_chunk_bytes) / KiB, HLD(h, st_large_bytes) / KiB,
-       HLD(h, st_large_allocs), HLD(h, st_remote_frees));
+       HLD(h, st_large_allocs), HLD(h, st_remote_frees), HLD(h, st_reclaimed_runs));
 }
 
 LOCUS_EXPORT void locus_stats_print(void) {

@@ -233,6 +233,46 @@ static void check_threads(void) {
   }
 }
 
+/* The OpenMP pattern, small: 4 owners allocate, wait, then free another
+ * owner's blocks (reverse mapping: every free remote) while that owner is
+ * idle or, every other round, allocating now and then. Remote frees take
+ * back idle owners' current runs (the pop window against membarrier) and
+ * try the owners' locks: the sanitizers see those paths race the owners'. */
+#define OMP_T 4
+#define OMP_N 20000
+static void *omp_blk[OMP_T][OMP_N];
+static pthread_barrier_t omp_bar;
+static int omp_bad[OMP_T];
+static void *omp_worker(void *arg) {
+  int t = (int)(intptr_t)arg, o = OMP_T - 1 - t;
+  for (int round = 0; round < 4; round++) {
+    for (int i = 0; i < OMP_N; i++) {
+      omp_blk[t][i] = locus_malloc(64 + (size_t)((i * 37 + t) % 961));
+      if (omp_blk[t][i]) *(int *)omp_blk[t][i] = i;
+      else omp_bad[t]++;
+    }
+    pthread_barrier_wait(&omp_bar);
+    for (int i = OMP_N - 1; i >= 0; i--) {
+      if (!omp_blk[o][i]) continue;
+      if (*(int *)omp_blk[o][i] != i) omp_bad[t]++;
+      locus_free(omp_blk[o][i]);
+      if ((round & 1) && i % 1000 == 0) locus_free(locus_malloc(80));
+    }
+    pthread_barrier_wait(&omp_bar);
+  }
+  return NULL;
+}
+static void check_omp_pattern(void) {
+  pthread_t th[OMP_T];
+  CHECK(pthread_barrier_init(&omp_bar, NULL, OMP_T) == 0);
+  for (int t = 0; t < OMP_T; t++) CHECK(pthread_create(&th[t], NULL, omp_worker, (void *)(intptr_t)t) == 0);
+  for (int t = 0; t < OMP_T; t++) {
+    pthread_join(th[t], NULL);
+    CHECK(omp_bad[t] == 0);
+  }
+  pthread_barrier_destroy(&omp_bar);
+}
+
 int main(void) {
   check_basic();
   check_calloc();
@@ -240,6 +280,7 @@ int main(void) {
   check_aligned();
   check_profiles_and_stats();
   check_threads();
+  check_omp_pattern();
   if (failures) {
     fprintf(stderr, "san_checks: %d check(s) FAILED\n", failures);
     return 1;
