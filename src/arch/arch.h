@@ -12,6 +12,8 @@
 /* Largest base page size the architecture allows: mappings are split and
  * unmapped only on multiples of it, so the same binary runs on any kernel. */
 #define ARCH_PAGE_MAX 4096u
+/* Total store order: every plain store is a release, every load an acquire. */
+#define ARCH_TSO 1
 
 static inline void arch_pause(void) { __builtin_ia32_pause(); }
 
@@ -28,6 +30,7 @@ static inline uint64_t arch_cycles(void) {
  * and the few contended fields are padded to 128 (adjacent-line prefetch). */
 #define ARCH_CACHE_LINE 64
 #define ARCH_PAGE_MAX 65536u   /* kernels run with 4, 16 or 64 KiB pages */
+#define ARCH_TSO 0             /* weakly ordered: releases need stlr */
 
 static inline void arch_pause(void) { __asm__ volatile("yield" ::: "memory"); }
 

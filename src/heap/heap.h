@@ -276,7 +276,7 @@ static ALWAYS_INLINE unsigned run_used(const run_t *run) { return __atomic_load_
 #define LOCUS_TSAN 1
 #endif
 #endif
-#if defined(__x86_64__) && !defined(LOCUS_TSAN)
+#if ARCH_TSO && !defined(LOCUS_TSAN)   /* stores are releases: one add to memory */
 static ALWAYS_INLINE void run_used_set(run_t *run, unsigned v) {
   __atomic_signal_fence(__ATOMIC_RELEASE);
   run->used = (uint16_t)v;
@@ -308,20 +308,11 @@ enum { HEAP_IDLE = 0, HEAP_POPPING = 1, HEAP_PROBED = 2 };
  * thread execute a full barrier. Leaving is a release: a remote that reads
  * HEAP_IDLE sees the pop's writes. */
 static ALWAYS_INLINE void heap_pop_enter(heap_t *h) {
-#if defined(__x86_64__) && !defined(LOCUS_TSAN)
-  h->pop = HEAP_POPPING;
-#else
   __atomic_store_n(&h->pop, HEAP_POPPING, __ATOMIC_RELAXED);
-#endif
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
 static ALWAYS_INLINE void heap_pop_leave(heap_t *h) {
-#if defined(__x86_64__) && !defined(LOCUS_TSAN)
-  __atomic_signal_fence(__ATOMIC_RELEASE);
-  h->pop = HEAP_IDLE;
-#else
-  __atomic_store_n(&h->pop, HEAP_IDLE, __ATOMIC_RELEASE);
-#endif
+  __atomic_store_n(&h->pop, HEAP_IDLE, __ATOMIC_RELEASE);   /* a plain store on TSO machines */
 }
 static ALWAYS_INLINE run_t *heap_cur(heap_t *h, unsigned cls) {
   return __atomic_load_n(&h->cur[cls], __ATOMIC_RELAXED);
