@@ -680,6 +680,12 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The median of n timings (sorts them). */
+static double median(double *t, int n) {
+  qsort(t, n, sizeof *t, cmp_d);
+  return t[n / 2];
+}
+
 /* First-touch cost per 4 KiB page after MADV_DONTNEED, in a mapping with
  * the flag and one without, interleaved; medians over rounds. */
 static int run_bench(int rounds, size_t pages) {
@@ -697,10 +703,9 @@ static int run_bench(int rounds, size_t pages) {
       (which ? tb : ta)[r] = (now_ns() - t0) / pages;
     }
   }
-  qsort(ta, rounds, sizeof *ta, cmp_d);
-  qsort(tb, rounds, sizeof *tb, cmp_d);
+  double ma = median(ta, rounds), mb = median(tb, rounds);
   printf("BENCH fault-after-free ns/page: flagged %.0f plain %.0f ratio %.3f (median of %d rounds, %zu pages, hits %ld)\n",
-         ta[rounds / 2], tb[rounds / 2], ta[rounds / 2] / tb[rounds / 2], rounds, pages, status_value("PageReuseHits"));
+         ma, mb, ma / mb, rounds, pages, status_value("PageReuseHits"));
   return 0;
 }
 
@@ -726,11 +731,10 @@ static int run_bench_huge(int rounds, size_t n) {
       if (r == 0) *(which ? &hb : &ha) = anon_huge_kb(p);
     }
   }
-  qsort(ta, rounds, sizeof *ta, cmp_d);
-  qsort(tb, rounds, sizeof *tb, cmp_d);
+  double ma = median(ta, rounds), mb = median(tb, rounds);
   printf("BENCH huge fault-after-free ns per 2 MiB page: flagged %.0f plain %.0f ratio %.3f (median of %d rounds, %zu 2 MiB pages; "
          "in 2 MiB pages: flagged %ld kB, plain %ld kB; 2 MiB hits %ld)\n",
-         ta[rounds / 2], tb[rounds / 2], ta[rounds / 2] / tb[rounds / 2], rounds, n, ha, hb,
+         ma, mb, ma / mb, rounds, n, ha, hb,
          status_value("PageReuseHugeHits") - h0);
   return 0;
 }
@@ -783,10 +787,7 @@ static int run_costs(int rounds, size_t pages) {
     t[POPUL][r] = ok ? (now_ns() - t0) / pages : -1;
   }
   double med[N];
-  for (int k = 0; k < N; k++) {
-    qsort(t[k], rounds, sizeof(double), cmp_d);
-    med[k] = t[k][rounds / 2];
-  }
+  for (int k = 0; k < N; k++) med[k] = median(t[k], rounds);
   printf("COSTS ns per 4 KiB page, median of %d rounds of %zu pages:", rounds, pages);
   for (int k = 0; k < N; k++) printf(" %s %.0f", names[k], med[k]);
   printf("\nCOSTS clearing share of a fault %.2f; expected fault from the pool (fault - clear) %.0f ns, "
@@ -824,13 +825,10 @@ static int run_costs_huge(int rounds, size_t n) {
     for (size_t h = 0; h < n; h++) memset(p + h * HPG, 0, HPG);
     tc[r] = (now_ns() - t0) / n;
   }
-  qsort(tf, rounds, sizeof(double), cmp_d);
-  qsort(tc, rounds, sizeof(double), cmp_d);
-  qsort(tt, rounds, sizeof(double), cmp_d);
-  double f = tf[rounds / 2], c = tc[rounds / 2];
+  double f = median(tf, rounds), c = median(tc, rounds), touch = median(tt, rounds);
   printf("COSTS ns per 2 MiB page, median of %d rounds of %zu (%ld kB in 2 MiB pages): fault %.0f touch %.0f clear %.0f\n"
          "COSTS clearing share of a 2 MiB fault %.2f; expected fault from the pool (fault - clear) %.0f ns, ratio to a fault %.2f\n",
-         rounds, n, kb, f, tt[rounds / 2], c, c / f, f - c, (f - c) / f);
+         rounds, n, kb, f, touch, c, c / f, f - c, (f - c) / f);
   return 0;
 }
 
@@ -857,10 +855,9 @@ static int run_syscost(int rounds, size_t mib) {
     for (int i = 0; i < per; i++) madvise(kept, len, MADV_DONTNEED);
     td[r] = (now_ns() - t0) / per;
   }
-  qsort(tm, rounds, sizeof(double), cmp_d);
-  qsort(td, rounds, sizeof(double), cmp_d);
+  double mm = median(tm, rounds), md = median(td, rounds);
   printf("SYSCOST ns per %zu MiB block, median of %d rounds of %d: map+trim+advise+munmap %.0f, MADV_DONTNEED of a kept mapping %.0f\n",
-         mib, rounds, per, tm[rounds / 2], td[rounds / 2]);
+         mib, rounds, per, mm, md);
   return 0;
 }
 
