@@ -81,8 +81,11 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   }
   size_t total = region_bytes(off + slack, size);
   bool huge = want_huge(total);
-  /* eco keeps its footprint: no rounding up, the tail is in 4 KiB pages. */
-  if (huge && atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) != PROFILE_ECO) total = huge_round(total);
+  /* eco too (its huge blocks exist only with the kernel's page reuse): a
+   * tail left in 4 KiB pages costs a fault and a zap per page at every
+   * allocation, about 256 pages per block, where a pooled huge page costs
+   * one of each; huge_round() bounds the extra footprint to 1/8. */
+  if (huge) total = huge_round(total);
   region_t *r = source_alloc(src, total, huge ? SRC_HUGE : 0);
   if (!r) {
     errno = ENOMEM;
