@@ -26,12 +26,12 @@ if [ "${2:-}" = bench ]; then
   /page_reuse_test syscost 11 16
   # Workloads through locus: uma, eco, eco + page reuse, interleaved.
   for round in 1 2 3 4 5; do
-    for prog in "/timestep --quick --steps 3" "/hera --quick --iters 150"; do
+    for prog in "/timestep --quick --steps 3" "/timestep --quick --steps 10" "/hera --quick --iters 150"; do
       set -- $prog
       [ -x "$1" ] || continue
       for cfg in "uma 0" "eco 0" "eco 1"; do
         prof=${cfg% *} reuse=${cfg#* }
-        echo "RUN round=$round prog=$1 profile=$prof reuse=$reuse"
+        echo "RUN round=$round prog=$1$([ "$1" = /timestep ] && echo "-steps$4") profile=$prof reuse=$reuse"
         LD_PRELOAD=/liblocus.so LOCUS_PROFILE=$prof LOCUS_PAGE_REUSE=$reuse /page_reuse_test rss "$@" | grep -E "RESULT|MAXRSS|REUSE"
       done
     done
