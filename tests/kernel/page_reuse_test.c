@@ -412,7 +412,10 @@ static void pressure_child(long pool_kb) {
     if (!strncmp(line, "MemAvailable:", 13)) avail_kb = strtol(line + 13, NULL, 10);
   if (f) fclose(f);
   size_t blen = ((size_t)avail_kb + (size_t)pool_kb + (128 << 10)) << 10;
-  char *big = map_anon(blen, 0);
+  /* MAP_NORESERVE: with MemAvailable counting the pool (kernel 0004) blen
+   * may exceed RAM, which the overcommit heuristic refuses for one mapping;
+   * the child stops long before it has touched that much. */
+  char *big = map_anon(blen, MAP_NORESERVE);
   if (!big) _exit(2);
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/status", (int)getppid());
