@@ -357,9 +357,10 @@ static bool run_all_free(run_t *run) {
  *
  * The owner pops from cur[] without the lock, between its stores of
  * HEAP_POPPING and HEAP_IDLE to h->pop. Protocol: a look that finds the
- * heap idle marks it HEAP_PROBED and stops there; a later look that still
- * finds it probed (the owner has not allocated since: an owner that
- * allocates keeps its runs) unhooks the runs (cur[] = sentinel); then
+ * heap idle marks it HEAP_PROBED and stops there; a look at least
+ * HEAP_IDLE_NS later that still finds it probed (the owner has not
+ * allocated since: an owner that allocates keeps its runs) unhooks the
+ * runs (cur[] = sentinel); then
  * os_membarrier makes the owner's entry store visible if it was already in
  * a pop that may have read the old cur[] (x86 may hold that store in its
  * buffer past the load); a pop starting after the barrier sees the
@@ -368,13 +369,23 @@ static bool run_all_free(run_t *run) {
  * Else the runs are hooked back. The owner holds no block of such a run,
  * so its frees cannot touch it either. */
 static void reclaim_current(heap_t *h) {
+  /* Idle means idle for HEAP_IDLE_NS: a producer waiting on a full ring is
+   * idle for microseconds, and taking its runs at every look cost a
+   * membarrier and up to a run refill per class each time (small_ring 0.76x). */
+  uint64_t now = os_clock_coarse_ns();
+  if (now - h->probe_ns < HEAP_IDLE_NS) return;
   unsigned v = __atomic_load_n(&h->pop, __ATOMIC_ACQUIRE);
   if (v != HEAP_PROBED) {
     unsigned idle = HEAP_IDLE;
-    if (v == HEAP_IDLE)
-      __atomic_compare_exchange_n(&h->pop, &idle, HEAP_PROBED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    if (v == HEAP_IDLE &&
+        __atomic_compare_exchange_n(&h->pop, &idle, HEAP_PROBED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+      h->probe_ns = now;
     return;
   }
+  /* Still probed: later looks may take runs emptied since without waiting
+   * (each look that issues a membarrier takes a current run, and the owner
+   * makes no new one without leaving HEAP_PROBED); an owner that allocates
+   * again is probed anew, HEAP_IDLE_NS after this probe at the earliest. */
   run_t *taken[NUM_CLASSES];
   unsigned n = 0;
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {

@@ -5,7 +5,8 @@
  *   stack), so a producer whose blocks a consumer frees does not grow;
  * - a live thread that stops allocating gets its runs back to the source
  *   when another thread frees their blocks (no locus call, no owner help),
- *   its current runs included;
+ *   its current runs included, once it has not allocated for HEAP_IDLE_NS
+ *   (one that waits less keeps them);
  * - a remote free of a run's last block that finds the owner's lock taken
  *   does not wait for it; the lock's next holder retires the run;
  * - a block pushed twice on a run's thread_free (what two threads freeing it
@@ -28,6 +29,11 @@
 #include "check.h"
 #include "heap/heap.h"
 #include "locus.h"
+
+static run_t *run_of(void *p) {
+  chunk_t *c = (chunk_t *)registry_lookup(p);
+  return &c->runs[((uintptr_t)p - (uintptr_t)c) >> RUN_SHIFT];
+}
 
 static size_t in_use(void) {
   locus_stats_t st;
@@ -134,7 +140,10 @@ static void test_idle_owner(void) {
   pthread_create(&t, NULL, idle_owner, NULL);
   sem_wait(&idle_done);
   size_t use1 = in_use();
+  /* The current runs hold the last blocks of each class: they are emptied
+   * at the end, after the owner has been seen idle for HEAP_IDLE_NS. */
   for (size_t i = 0; i < IDLE_N; i++) {
+    if (i == IDLE_N - 2000) usleep(3 * HEAP_IDLE_NS / 1000);
     CHECK(*(size_t *)idle_blocks[i] == i, "block %zu corrupted", i);
     free(idle_blocks[i]);
   }
@@ -150,6 +159,58 @@ static void test_idle_owner(void) {
   pthread_join(t, NULL);
 }
 
+/* ---- an owner that waits (a producer on a full ring) for less than
+ * HEAP_IDLE_NS keeps its current runs, however many remote frees empty
+ * them; idle for longer, it loses them */
+#define WAIT_N 10
+static const size_t wait_sizes[4] = {64, 128, 256, 512};
+static void *wait_blocks[4][WAIT_N];
+static heap_t *wait_heap;
+static sem_t wait_done, wait_quit;
+
+static void *waiting_owner(void *arg) {
+  for (int g = 0; g < 4; g++)
+    for (int i = 0; i < WAIT_N; i++) CHECK((wait_blocks[g][i] = malloc(wait_sizes[g])) != NULL, "malloc");
+  wait_heap = locus_tls_heap;
+  sem_post(&wait_done);
+  sem_wait(&wait_quit);
+  return arg;
+}
+
+static void test_waiting_owner(void) {
+  sem_init(&wait_done, 0, 0);
+  sem_init(&wait_quit, 0, 0);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, waiting_owner, NULL) == 0, "pthread_create");
+  sem_wait(&wait_done);
+  run_t *cur[4];
+  for (int g = 0; g < 4; g++) {
+    cur[g] = heap_cur(wait_heap, size_class(wait_sizes[g]));
+    CHECK(cur[g] == run_of(wait_blocks[g][0]), "group %d not in its class's current run", g);
+  }
+  size_t taken0 = atomic_load(&wait_heap->st_reclaimed_runs);
+  usleep(3 * HEAP_IDLE_NS / 1000);     /* a probe of the owner long ago, if any, has expired */
+  for (int i = 0; i < WAIT_N; i++) free(wait_blocks[0][i]);   /* its last free probes the owner */
+  for (int i = 0; i < WAIT_N; i++) free(wait_blocks[1][i]);   /* still probed, but just now */
+  /* Before, the second look took both runs (and issued a membarrier): a
+   * producer waiting on a full ring lost its runs at every such pair. */
+  CHECK(heap_cur(wait_heap, size_class(wait_sizes[0])) == cur[0] &&
+            heap_cur(wait_heap, size_class(wait_sizes[1])) == cur[1],
+        "current runs taken from an owner idle for less than HEAP_IDLE_NS");
+  CHECK(atomic_load(&wait_heap->st_reclaimed_runs) == taken0, "runs counted as taken back");
+  usleep(3 * HEAP_IDLE_NS / 1000);
+  for (int i = 0; i < WAIT_N; i++) free(wait_blocks[2][i]);   /* probed long enough ago: taken */
+  for (int g = 0; g < 3; g++)
+    CHECK(heap_cur(wait_heap, size_class(wait_sizes[g])) == &locus_empty_run,
+          "group %d's run not taken back from an owner idle for %llu ms", g, 3 * HEAP_IDLE_NS / 1000000);
+  CHECK(atomic_load(&wait_heap->st_reclaimed_runs) == taken0 + 3, "taken back: %zu runs, expected 3",
+        atomic_load(&wait_heap->st_reclaimed_runs) - taken0);
+  for (int i = 0; i < WAIT_N; i++) free(wait_blocks[3][i]);
+  sem_post(&wait_quit);
+  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  locus_heap_check();
+}
+
 /* ---- a remote last free that finds the owner's lock taken does not wait:
  * the run is left to the lock's next holder (h->recheck), who retires it */
 #define BUSY_N 3000                    /* 64 B: runs of 1024 blocks; the third is current */
@@ -163,11 +224,6 @@ static void *busy_owner(void *arg) {
   sem_post(&busy_done);
   sem_wait(&busy_quit);
   return arg;
-}
-
-static run_t *run_of(void *p) {
-  chunk_t *c = (chunk_t *)registry_lookup(p);
-  return &c->runs[((uintptr_t)p - (uintptr_t)c) >> RUN_SHIFT];
 }
 
 static void test_last_free_lock_taken(void) {
@@ -353,6 +409,7 @@ int main(void) {
   test_double_push_reported();
   test_producer_reuses();
   test_idle_owner();
+  test_waiting_owner();
   test_last_free_lock_taken();
   test_orphan_release();
   return TEST_DONE();
