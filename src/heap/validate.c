@@ -4,6 +4,7 @@
  * it (its lists change under nobody else); blocks freed remotely and still
  * queued count as used. */
 #include "heap/heap.h"
+#include "os/os.h"
 
 #define FAIL(...) locus_fatal("heap check: " __VA_ARGS__)
 
@@ -140,11 +141,21 @@ static void check_frames(heap_t *h) {
     }
 }
 
+/* The owner is outside its pop (it validates): `pop` is idle or probed,
+ * and a probed heap was probed at a recorded time (heap.h, HEAP_IDLE_NS). */
+static void check_pop(heap_t *h) {
+  unsigned v = __atomic_load_n(&h->pop, __ATOMIC_ACQUIRE);
+  if (v != HEAP_IDLE && v != HEAP_PROBED) FAIL("pop window %u outside a pop", v);
+  if (v == HEAP_PROBED && (h->probe_ns == 0 || h->probe_ns > os_clock_coarse_ns()))
+    FAIL("heap probed without a probe time (%llu)", (unsigned long long)h->probe_ns);
+}
+
 void heap_validate(heap_t *h) {
   if (h == &locus_oom_heap) return;
   heap_lock(h);              /* a remote free may retire a run meanwhile */
   check_small(h);
   check_frames(h);
+  check_pop(h);
   heap_unlock(h);
   check_medium(h);
   if (h->spare && registry_lookup(h->spare) != &h->spare->r) FAIL("spare chunk %p is not recorded", h->spare);
