@@ -52,6 +52,7 @@ static void check_run(chunk_t *c, run_t *run) {
 }
 
 static void check_small(heap_t *h) {
+  size_t active[NUM_CLASSES] = {0};    /* active runs that are not current: all on the partial lists */
   for (chunk_t *c = h->small_chunks; c; c = c->next) {
     check_region(h, c, REGION_SMALL);
     if (c->free_runs & 1) FAIL("chunk %p: run slot 0 (the header) is marked free", c);
@@ -61,6 +62,7 @@ static void check_small(heap_t *h) {
       if (slot_free != (run->state == RUN_FREE))
         FAIL("chunk %p: run %u has state %u but its slot is %s", c, i, run->state, slot_free ? "free" : "used");
       if (run->state != RUN_FREE) check_run(c, run);
+      if (run->state == RUN_ACTIVE && h->cur[run->cls] != run) active[run->cls]++;
     }
   }
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
@@ -75,6 +77,8 @@ static void check_small(heap_t *h) {
       if (++n > 1u << 20) FAIL("partial list of class %u does not end (cycle?)", cls);
     }
     if (h->partial_tail[cls] != prev) FAIL("partial list of class %u: tail is not the last run", cls);
+    if (n != active[cls])
+      FAIL("class %u: %zu active runs besides the current one, %zu on the partial list", cls, active[cls], n);
   }
 }
 
