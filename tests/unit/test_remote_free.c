@@ -114,31 +114,54 @@ static void test_producer_reuses(void) {
   CHECK(locus_heap_check() == 0, "heap check");
 }
 
+/* An owner thread: allocates (fill), then stays alive without allocating
+ * (an OpenMP pool thread between loops) until owner_stop. */
+typedef struct {
+  sem_t done, quit;
+  void (*fill)(void);
+  heap_t *heap;
+  pthread_t t;
+} owner_t;
+
+static void *owner_main(void *arg) {
+  owner_t *o = arg;
+  o->fill();
+  o->heap = locus_tls_heap;
+  sem_post(&o->done);
+  sem_wait(&o->quit);
+  return NULL;
+}
+
+static void owner_start(owner_t *o, void (*fill)(void)) {
+  sem_init(&o->done, 0, 0);
+  sem_init(&o->quit, 0, 0);
+  o->fill = fill;
+  CHECK(pthread_create(&o->t, NULL, owner_main, o) == 0, "pthread_create");
+  sem_wait(&o->done);
+}
+
+static void owner_stop(owner_t *o) {
+  sem_post(&o->quit);
+  CHECK(pthread_join(o->t, NULL) == 0, "pthread_join");
+}
+
 /* ---- an idle owner: its remotely emptied runs go back without it */
 #define IDLE_N 300000
 static void *idle_blocks[IDLE_N];
-static sem_t idle_done, idle_quit;
 
-static void *idle_owner(void *arg) {
+static void idle_fill(void) {
   uint64_t s = 12345;
   for (size_t i = 0; i < IDLE_N; i++) {
-    s = s * 6364136223846793005u + 1442695040888963407u;
-    idle_blocks[i] = malloc(64 + (s >> 33) % 961);
+    idle_blocks[i] = malloc(size_64_1024(&s));
     CHECK(idle_blocks[i], "malloc");
     *(size_t *)idle_blocks[i] = i;
   }
-  sem_post(&idle_done);
-  sem_wait(&idle_quit);     /* alive, never allocating again: an OpenMP pool thread */
-  return arg;
 }
 
 static void test_idle_owner(void) {
-  sem_init(&idle_done, 0, 0);
-  sem_init(&idle_quit, 0, 0);
   size_t use0 = in_use();
-  pthread_t t;
-  pthread_create(&t, NULL, idle_owner, NULL);
-  sem_wait(&idle_done);
+  owner_t o;
+  owner_start(&o, idle_fill);
   size_t use1 = in_use();
   /* The current runs hold the last blocks of each class: they are emptied
    * at the end, after the owner has been seen idle for HEAP_IDLE_NS. */
@@ -155,8 +178,7 @@ static void test_idle_owner(void) {
    * heap of this process may take one meanwhile (this is a memory figure). */
   CHECK(use2 <= use0 + CHUNK_SIZE, "only %zu of %zu KiB came back without the owner",
         (use1 - use2) >> 10, (use1 - use0) >> 10);
-  sem_post(&idle_quit);
-  pthread_join(t, NULL);
+  owner_stop(&o);
 }
 
 /* ---- an owner that waits (a producer on a full ring) for less than
@@ -165,24 +187,16 @@ static void test_idle_owner(void) {
 #define WAIT_N 10
 static const size_t wait_sizes[4] = {64, 128, 256, 512};
 static void *wait_blocks[4][WAIT_N];
-static heap_t *wait_heap;
-static sem_t wait_done, wait_quit;
 
-static void *waiting_owner(void *arg) {
+static void wait_fill(void) {
   for (int g = 0; g < 4; g++)
     for (int i = 0; i < WAIT_N; i++) CHECK((wait_blocks[g][i] = malloc(wait_sizes[g])) != NULL, "malloc");
-  wait_heap = locus_tls_heap;
-  sem_post(&wait_done);
-  sem_wait(&wait_quit);
-  return arg;
 }
 
 static void test_waiting_owner(void) {
-  sem_init(&wait_done, 0, 0);
-  sem_init(&wait_quit, 0, 0);
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, waiting_owner, NULL) == 0, "pthread_create");
-  sem_wait(&wait_done);
+  owner_t o;
+  owner_start(&o, wait_fill);
+  heap_t *wait_heap = o.heap;
   run_t *cur[4];
   for (int g = 0; g < 4; g++) {
     cur[g] = heap_cur(wait_heap, size_class(wait_sizes[g]));
@@ -206,8 +220,7 @@ static void test_waiting_owner(void) {
   CHECK(atomic_load(&wait_heap->st_reclaimed_runs) == taken0 + 3, "taken back: %zu runs, expected 3",
         atomic_load(&wait_heap->st_reclaimed_runs) - taken0);
   for (int i = 0; i < WAIT_N; i++) free(wait_blocks[3][i]);
-  sem_post(&wait_quit);
-  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  owner_stop(&o);
   locus_heap_check();
 }
 
@@ -215,23 +228,15 @@ static void test_waiting_owner(void) {
  * the run is left to the lock's next holder (h->recheck), who retires it */
 #define BUSY_N 3000                    /* 64 B: runs of 1024 blocks; the third is current */
 static void *busy_blocks[BUSY_N];
-static heap_t *busy_heap;
-static sem_t busy_done, busy_quit;
 
-static void *busy_owner(void *arg) {
+static void busy_fill(void) {
   for (size_t i = 0; i < BUSY_N; i++) CHECK((busy_blocks[i] = malloc(64)) != NULL, "malloc");
-  busy_heap = locus_tls_heap;
-  sem_post(&busy_done);
-  sem_wait(&busy_quit);
-  return arg;
 }
 
 static void test_last_free_lock_taken(void) {
-  sem_init(&busy_done, 0, 0);
-  sem_init(&busy_quit, 0, 0);
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, busy_owner, NULL) == 0, "pthread_create");
-  sem_wait(&busy_done);
+  owner_t o;
+  owner_start(&o, busy_fill);
+  heap_t *busy_heap = o.heap;
   run_t *r1 = run_of(busy_blocks[0]), *r2 = run_of(busy_blocks[1024]);
   CHECK(r1 != r2 && r1 == run_of(busy_blocks[1023]) && r2 == run_of(busy_blocks[2047]), "runs of 1024 blocks");
   CHECK(r1->state == RUN_FULL && r2->state == RUN_FULL, "first runs full (states %u %u)", r1->state, r2->state);
@@ -247,8 +252,7 @@ static void test_last_free_lock_taken(void) {
   CHECK(atomic_load(&busy_heap->recheck) == 0, "recheck left asked for");
   alarm(0);
   for (size_t i = 2048; i < BUSY_N; i++) free(busy_blocks[i]);
-  sem_post(&busy_quit);
-  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  owner_stop(&o);
   locus_heap_check();
 }
 

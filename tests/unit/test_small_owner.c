@@ -34,10 +34,7 @@ static void *set[SET_N];
 
 static void test_set_freed(void) {
   uint64_t s = 99;
-  for (size_t i = 0; i < SET_N; i++) {
-    s = s * 6364136223846793005u + 1442695040888963407u;
-    CHECK((set[i] = malloc(64 + (s >> 33) % 961)) != NULL, "malloc");
-  }
+  for (size_t i = 0; i < SET_N; i++) CHECK((set[i] = malloc(size_64_1024(&s))) != NULL, "malloc");
   heap_t *h = locus_tls_heap;
   size_t full = small_chunks(h);
   for (size_t i = 0; i < SET_N; i++) free(set[i]);
