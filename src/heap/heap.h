@@ -94,9 +94,10 @@ typedef struct heap_s {
   /* The owner's small malloc stores HEAP_POPPING on entering its lock-free
    * pop and HEAP_IDLE on leaving it (plain stores: no dependency between
    * mallocs). A remote free marks an idle heap HEAP_PROBED; found still
-   * probed at a later look, the owner has not allocated since, and the
-   * current runs whose blocks are all free may be taken back without it
-   * (small_reclaim_current): OpenMP pool threads never allocate again. */
+   * probed at a look HEAP_IDLE_NS or more later, the owner has not
+   * allocated for that long, and the current runs whose blocks are all free
+   * may be taken back without it (reclaim_current): OpenMP pool threads
+   * never allocate again. */
   unsigned pop;
   run_t *partial[NUM_CLASSES]; /* other non-full runs of the class, oldest first */
   run_t *partial_tail[NUM_CLASSES];
@@ -104,6 +105,9 @@ typedef struct heap_s {
   _Atomic(run_t *) notify;     /* MPSC stack of full runs that got a remote free */
   atomic_int recheck;          /* a remote last free found the lock taken: the next small-path
                                   locker looks for runs whose blocks are all free (small.c) */
+  uint64_t probe_ns;           /* under `lock`: when a remote look last probed `pop` (coarse
+                                  clock); no look reads or writes `pop` sooner than HEAP_IDLE_NS
+                                  after it */
   lock_t lock;                 /* small-run lists, chunk list, notify draining: the owner's slow
                                   paths hold it; a remote free that empties a run takes it (try
                                   only) to give the run back without the owner */
@@ -302,6 +306,14 @@ static ALWAYS_INLINE void run_used_inc(run_t *run) { run_used_set(run, run->used
 #endif
 void *small_alloc_slow(heap_t *h, unsigned cls);
 enum { HEAP_IDLE = 0, HEAP_POPPING = 1, HEAP_PROBED = 2 };
+/* How long an owner must not have allocated before remote frees take its
+ * current runs back. Invariant: a current run is taken back only when
+ * h->pop has stayed HEAP_PROBED since h->probe_ns, at least this long ago,
+ * and `pop` is probed at most once per this period: an owner that only
+ * waits (a producer on a full ring) loses its runs at most once per period,
+ * and a remote free writes the line of `pop`, which the owner writes at
+ * every malloc, at most once per period. */
+#define HEAP_IDLE_NS (10 * 1000 * 1000ull)
 /* The owner's pop window (see heap_t.pop). The entry's store must be
  * visible before cur[] is read: on the owner's side only the compiler is
  * told; the remote side issues os_membarrier, which makes every running

@@ -280,6 +280,17 @@ void *small_alloc_slow(heap_t *h, unsigned cls) {
   return p;
 }
 
+/* A current run leaves cur[] before its retire. It is on no list, which
+ * the retire must know (it unlinks RUN_ACTIVE runs from the partial list:
+ * unlinking a run that is not on it empties the class's list). The owner's
+ * pop reads cur[] without the lock: only the owner, or a remote free that
+ * follows the protocol of reclaim_current, may call this. */
+static void run_unhook_current(heap_t *h, run_t *run) {
+  LOCUS_ASSERT(h->cur[run->cls] == run && run->state == RUN_ACTIVE);
+  __atomic_store_n(&h->cur[run->cls], &locus_empty_run, __ATOMIC_RELAXED);
+  run->state = RUN_FULL;
+}
+
 /* Retires an empty run that is not current; its chunk goes back when all of
  * its runs are unused. */
 static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
@@ -334,10 +345,36 @@ NOINLINE void small_free_update(heap_t *h, chunk_t *c, run_t *run, void **b) {
   heap_unlock(h);
 }
 
+/* Every run of c in use is a current run of h with no block handed out. */
+static bool chunk_only_empty_current(heap_t *h, chunk_t *c) {
+  for (uint64_t live = ~c->free_runs & ~(uint64_t)1; live; live &= live - 1) {
+    run_t *r = &c->runs[__builtin_ctzll(live)];
+    if (r->state != RUN_ACTIVE || h->cur[r->cls] != r || run_used(r) != 0) return false;
+  }
+  return true;
+}
+
+/* The owner's free emptied a run. Not current: retired. Current: kept (a
+ * malloc/free of one block must not retire and set up a run every time),
+ * unless every run of its chunk is an emptied current run and the heap has
+ * a spare chunk: then they are all retired and the chunk goes back (a thread
+ * that allocated a set and freed it keeps no chunk for its current runs:
+ * 24 MiB of 7 chunks in bench_ab_omp's serial phase). The next malloc of a
+ * class takes the spare; with no spare left, the rule no longer applies. */
 NOINLINE void small_free_emptied(heap_t *h, chunk_t *c, run_t *run) {
   heap_lock(h);
   LOCUS_ASSERT(run->used == 0 && run->state == RUN_ACTIVE);
-  if (h->cur[run->cls] != run) small_run_retire(h, c, run, true);
+  if (h->cur[run->cls] != run) {
+    small_run_retire(h, c, run, true);
+  } else if (h->spare && chunk_only_empty_current(h, c)) {
+    uint64_t live = ~c->free_runs & ~(uint64_t)1;
+    while (live) {                     /* the last retire releases c */
+      run_t *r = &c->runs[__builtin_ctzll(live)];
+      live &= live - 1;
+      run_unhook_current(h, r);
+      small_run_retire(h, c, r, true);
+    }
+  }
   heap_unlock(h);
 }
 
@@ -357,9 +394,10 @@ static bool run_all_free(run_t *run) {
  *
  * The owner pops from cur[] without the lock, between its stores of
  * HEAP_POPPING and HEAP_IDLE to h->pop. Protocol: a look that finds the
- * heap idle marks it HEAP_PROBED and stops there; a later look that still
- * finds it probed (the owner has not allocated since: an owner that
- * allocates keeps its runs) unhooks the runs (cur[] = sentinel); then
+ * heap idle marks it HEAP_PROBED and stops there; a look at least
+ * HEAP_IDLE_NS later that still finds it probed (the owner has not
+ * allocated since: an owner that allocates keeps its runs) unhooks the
+ * runs (cur[] = sentinel); then
  * os_membarrier makes the owner's entry store visible if it was already in
  * a pop that may have read the old cur[] (x86 may hold that store in its
  * buffer past the load); a pop starting after the barrier sees the
@@ -368,13 +406,23 @@ static bool run_all_free(run_t *run) {
  * Else the runs are hooked back. The owner holds no block of such a run,
  * so its frees cannot touch it either. */
 static void reclaim_current(heap_t *h) {
+  /* Idle means idle for HEAP_IDLE_NS: a producer waiting on a full ring is
+   * idle for microseconds, and taking its runs at every look cost a
+   * membarrier and up to a run refill per class each time (small_ring 0.76x). */
+  uint64_t now = os_clock_coarse_ns();
+  if (now - h->probe_ns < HEAP_IDLE_NS) return;
   unsigned v = __atomic_load_n(&h->pop, __ATOMIC_ACQUIRE);
   if (v != HEAP_PROBED) {
     unsigned idle = HEAP_IDLE;
-    if (v == HEAP_IDLE)
-      __atomic_compare_exchange_n(&h->pop, &idle, HEAP_PROBED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    if (v == HEAP_IDLE &&
+        __atomic_compare_exchange_n(&h->pop, &idle, HEAP_PROBED, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+      h->probe_ns = now;
     return;
   }
+  /* Still probed: later looks may take runs emptied since without waiting
+   * (each look that issues a membarrier takes a current run, and the owner
+   * makes no new one without leaving HEAP_PROBED); an owner that allocates
+   * again is probed anew, HEAP_IDLE_NS after this probe at the earliest. */
   run_t *taken[NUM_CLASSES];
   unsigned n = 0;
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
@@ -494,12 +542,12 @@ NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
   recheck_unlock(owner);
 }
 
-/* One run at collection: remote frees taken back; empty and not current:
- * retired; else, when parking, marked full. */
+/* One run at collection: remote frees taken back; empty: retired; else,
+ * when parking, marked full. */
 static bool collect_run(heap_t *h, chunk_t *c, run_t *run, bool park) {
   small_collect(h, c, run);
   if (run->used == 0) {
-    if (h->cur[run->cls] == run) h->cur[run->cls] = &locus_empty_run;
+    if (h->cur[run->cls] == run) run_unhook_current(h, run);
     small_run_retire(h, c, run, true);
     return true;
   }

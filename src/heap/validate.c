@@ -4,6 +4,7 @@
  * it (its lists change under nobody else); blocks freed remotely and still
  * queued count as used. */
 #include "heap/heap.h"
+#include "os/os.h"
 
 #define FAIL(...) locus_fatal("heap check: " __VA_ARGS__)
 
@@ -51,6 +52,7 @@ static void check_run(chunk_t *c, run_t *run) {
 }
 
 static void check_small(heap_t *h) {
+  size_t active[NUM_CLASSES] = {0};    /* active runs that are not current: all on the partial lists */
   for (chunk_t *c = h->small_chunks; c; c = c->next) {
     check_region(h, c, REGION_SMALL);
     if (c->free_runs & 1) FAIL("chunk %p: run slot 0 (the header) is marked free", c);
@@ -60,6 +62,7 @@ static void check_small(heap_t *h) {
       if (slot_free != (run->state == RUN_FREE))
         FAIL("chunk %p: run %u has state %u but its slot is %s", c, i, run->state, slot_free ? "free" : "used");
       if (run->state != RUN_FREE) check_run(c, run);
+      if (run->state == RUN_ACTIVE && h->cur[run->cls] != run) active[run->cls]++;
     }
   }
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
@@ -74,6 +77,8 @@ static void check_small(heap_t *h) {
       if (++n > 1u << 20) FAIL("partial list of class %u does not end (cycle?)", cls);
     }
     if (h->partial_tail[cls] != prev) FAIL("partial list of class %u: tail is not the last run", cls);
+    if (n != active[cls])
+      FAIL("class %u: %zu active runs besides the current one, %zu on the partial list", cls, active[cls], n);
   }
 }
 
@@ -140,11 +145,21 @@ static void check_frames(heap_t *h) {
     }
 }
 
+/* The owner is outside its pop (it validates): `pop` is idle or probed,
+ * and a probed heap was probed at a recorded time (heap.h, HEAP_IDLE_NS). */
+static void check_pop(heap_t *h) {
+  unsigned v = __atomic_load_n(&h->pop, __ATOMIC_ACQUIRE);
+  if (v != HEAP_IDLE && v != HEAP_PROBED) FAIL("pop window %u outside a pop", v);
+  if (v == HEAP_PROBED && (h->probe_ns == 0 || h->probe_ns > os_clock_coarse_ns()))
+    FAIL("heap probed without a probe time (%llu)", (unsigned long long)h->probe_ns);
+}
+
 void heap_validate(heap_t *h) {
   if (h == &locus_oom_heap) return;
   heap_lock(h);              /* a remote free may retire a run meanwhile */
   check_small(h);
   check_frames(h);
+  check_pop(h);
   heap_unlock(h);
   check_medium(h);
   if (h->spare && registry_lookup(h->spare) != &h->spare->r) FAIL("spare chunk %p is not recorded", h->spare);

@@ -253,6 +253,9 @@ static void *omp_worker(void *arg) {
     }
     pthread_barrier_wait(&omp_bar);
     for (int i = OMP_N - 1; i >= 0; i--) {
+      /* owners idle for longer than HEAP_IDLE_NS (10 ms) in the second half:
+       * their current runs are taken back (runs faster than that would not) */
+      if (i == OMP_N / 2) usleep(20 * 1000);
       if (!omp_blk[o][i]) continue;
       if (*(int *)omp_blk[o][i] != i) omp_bad[t]++;
       locus_free(omp_blk[o][i]);

@@ -31,6 +31,12 @@ static inline int verify(const void *p, size_t size) {
     if (((const unsigned char *)p)[i] != pat(p, size, i)) return 0;
   return 1;
 }
+/* The next of a sequence of sizes in [64, 1024] (LCG on *s): the 17
+ * classes of the issue's OpenMP pattern. */
+static inline size_t size_64_1024(uint64_t *s) {
+  *s = *s * 6364136223846793005u + 1442695040888963407u;
+  return 64 + (*s >> 33) % 961;
+}
 /* Resident set size of this process, from /proc/self/status. */
 static inline size_t rss_kib(void) {
   FILE *f = fopen("/proc/self/status", "r");

@@ -5,7 +5,8 @@
  *   stack), so a producer whose blocks a consumer frees does not grow;
  * - a live thread that stops allocating gets its runs back to the source
  *   when another thread frees their blocks (no locus call, no owner help),
- *   its current runs included;
+ *   its current runs included, once it has not allocated for HEAP_IDLE_NS
+ *   (one that waits less keeps them);
  * - a remote free of a run's last block that finds the owner's lock taken
  *   does not wait for it; the lock's next holder retires the run;
  * - a block pushed twice on a run's thread_free (what two threads freeing it
@@ -28,6 +29,11 @@
 #include "check.h"
 #include "heap/heap.h"
 #include "locus.h"
+
+static run_t *run_of(void *p) {
+  chunk_t *c = (chunk_t *)registry_lookup(p);
+  return &c->runs[((uintptr_t)p - (uintptr_t)c) >> RUN_SHIFT];
+}
 
 static size_t in_use(void) {
   locus_stats_t st;
@@ -108,33 +114,59 @@ static void test_producer_reuses(void) {
   CHECK(locus_heap_check() == 0, "heap check");
 }
 
+/* An owner thread: allocates (fill), then stays alive without allocating
+ * (an OpenMP pool thread between loops) until owner_stop. */
+typedef struct {
+  sem_t done, quit;
+  void (*fill)(void);
+  heap_t *heap;
+  pthread_t t;
+} owner_t;
+
+static void *owner_main(void *arg) {
+  owner_t *o = arg;
+  o->fill();
+  o->heap = locus_tls_heap;
+  sem_post(&o->done);
+  sem_wait(&o->quit);
+  return NULL;
+}
+
+static void owner_start(owner_t *o, void (*fill)(void)) {
+  sem_init(&o->done, 0, 0);
+  sem_init(&o->quit, 0, 0);
+  o->fill = fill;
+  CHECK(pthread_create(&o->t, NULL, owner_main, o) == 0, "pthread_create");
+  sem_wait(&o->done);
+}
+
+static void owner_stop(owner_t *o) {
+  sem_post(&o->quit);
+  CHECK(pthread_join(o->t, NULL) == 0, "pthread_join");
+}
+
 /* ---- an idle owner: its remotely emptied runs go back without it */
 #define IDLE_N 300000
 static void *idle_blocks[IDLE_N];
-static sem_t idle_done, idle_quit;
 
-static void *idle_owner(void *arg) {
+static void idle_fill(void) {
   uint64_t s = 12345;
   for (size_t i = 0; i < IDLE_N; i++) {
-    s = s * 6364136223846793005u + 1442695040888963407u;
-    idle_blocks[i] = malloc(64 + (s >> 33) % 961);
+    idle_blocks[i] = malloc(size_64_1024(&s));
     CHECK(idle_blocks[i], "malloc");
     *(size_t *)idle_blocks[i] = i;
   }
-  sem_post(&idle_done);
-  sem_wait(&idle_quit);     /* alive, never allocating again: an OpenMP pool thread */
-  return arg;
 }
 
 static void test_idle_owner(void) {
-  sem_init(&idle_done, 0, 0);
-  sem_init(&idle_quit, 0, 0);
   size_t use0 = in_use();
-  pthread_t t;
-  pthread_create(&t, NULL, idle_owner, NULL);
-  sem_wait(&idle_done);
+  owner_t o;
+  owner_start(&o, idle_fill);
   size_t use1 = in_use();
+  /* The current runs hold the last blocks of each class: they are emptied
+   * at the end, after the owner has been seen idle for HEAP_IDLE_NS. */
   for (size_t i = 0; i < IDLE_N; i++) {
+    if (i == IDLE_N - 2000) usleep(3 * HEAP_IDLE_NS / 1000);
     CHECK(*(size_t *)idle_blocks[i] == i, "block %zu corrupted", i);
     free(idle_blocks[i]);
   }
@@ -146,36 +178,65 @@ static void test_idle_owner(void) {
    * heap of this process may take one meanwhile (this is a memory figure). */
   CHECK(use2 <= use0 + CHUNK_SIZE, "only %zu of %zu KiB came back without the owner",
         (use1 - use2) >> 10, (use1 - use0) >> 10);
-  sem_post(&idle_quit);
-  pthread_join(t, NULL);
+  owner_stop(&o);
+}
+
+/* ---- an owner that waits (a producer on a full ring) for less than
+ * HEAP_IDLE_NS keeps its current runs, however many remote frees empty
+ * them; idle for longer, it loses them */
+#define WAIT_N 10
+static const size_t wait_sizes[4] = {64, 128, 256, 512};
+static void *wait_blocks[4][WAIT_N];
+
+static void wait_fill(void) {
+  for (int g = 0; g < 4; g++)
+    for (int i = 0; i < WAIT_N; i++) CHECK((wait_blocks[g][i] = malloc(wait_sizes[g])) != NULL, "malloc");
+}
+
+static void test_waiting_owner(void) {
+  owner_t o;
+  owner_start(&o, wait_fill);
+  heap_t *wait_heap = o.heap;
+  run_t *cur[4];
+  for (int g = 0; g < 4; g++) {
+    cur[g] = heap_cur(wait_heap, size_class(wait_sizes[g]));
+    CHECK(cur[g] == run_of(wait_blocks[g][0]), "group %d not in its class's current run", g);
+  }
+  size_t taken0 = atomic_load(&wait_heap->st_reclaimed_runs);
+  usleep(3 * HEAP_IDLE_NS / 1000);     /* a probe of the owner long ago, if any, has expired */
+  for (int i = 0; i < WAIT_N; i++) free(wait_blocks[0][i]);   /* its last free probes the owner */
+  for (int i = 0; i < WAIT_N; i++) free(wait_blocks[1][i]);   /* still probed, but just now */
+  /* Before, the second look took both runs (and issued a membarrier): a
+   * producer waiting on a full ring lost its runs at every such pair. */
+  CHECK(heap_cur(wait_heap, size_class(wait_sizes[0])) == cur[0] &&
+            heap_cur(wait_heap, size_class(wait_sizes[1])) == cur[1],
+        "current runs taken from an owner idle for less than HEAP_IDLE_NS");
+  CHECK(atomic_load(&wait_heap->st_reclaimed_runs) == taken0, "runs counted as taken back");
+  usleep(3 * HEAP_IDLE_NS / 1000);
+  for (int i = 0; i < WAIT_N; i++) free(wait_blocks[2][i]);   /* probed long enough ago: taken */
+  for (int g = 0; g < 3; g++)
+    CHECK(heap_cur(wait_heap, size_class(wait_sizes[g])) == &locus_empty_run,
+          "group %d's run not taken back from an owner idle for %llu ms", g, 3 * HEAP_IDLE_NS / 1000000);
+  CHECK(atomic_load(&wait_heap->st_reclaimed_runs) == taken0 + 3, "taken back: %zu runs, expected 3",
+        atomic_load(&wait_heap->st_reclaimed_runs) - taken0);
+  for (int i = 0; i < WAIT_N; i++) free(wait_blocks[3][i]);
+  owner_stop(&o);
+  locus_heap_check();
 }
 
 /* ---- a remote last free that finds the owner's lock taken does not wait:
  * the run is left to the lock's next holder (h->recheck), who retires it */
 #define BUSY_N 3000                    /* 64 B: runs of 1024 blocks; the third is current */
 static void *busy_blocks[BUSY_N];
-static heap_t *busy_heap;
-static sem_t busy_done, busy_quit;
 
-static void *busy_owner(void *arg) {
+static void busy_fill(void) {
   for (size_t i = 0; i < BUSY_N; i++) CHECK((busy_blocks[i] = malloc(64)) != NULL, "malloc");
-  busy_heap = locus_tls_heap;
-  sem_post(&busy_done);
-  sem_wait(&busy_quit);
-  return arg;
-}
-
-static run_t *run_of(void *p) {
-  chunk_t *c = (chunk_t *)registry_lookup(p);
-  return &c->runs[((uintptr_t)p - (uintptr_t)c) >> RUN_SHIFT];
 }
 
 static void test_last_free_lock_taken(void) {
-  sem_init(&busy_done, 0, 0);
-  sem_init(&busy_quit, 0, 0);
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, busy_owner, NULL) == 0, "pthread_create");
-  sem_wait(&busy_done);
+  owner_t o;
+  owner_start(&o, busy_fill);
+  heap_t *busy_heap = o.heap;
   run_t *r1 = run_of(busy_blocks[0]), *r2 = run_of(busy_blocks[1024]);
   CHECK(r1 != r2 && r1 == run_of(busy_blocks[1023]) && r2 == run_of(busy_blocks[2047]), "runs of 1024 blocks");
   CHECK(r1->state == RUN_FULL && r2->state == RUN_FULL, "first runs full (states %u %u)", r1->state, r2->state);
@@ -191,8 +252,7 @@ static void test_last_free_lock_taken(void) {
   CHECK(atomic_load(&busy_heap->recheck) == 0, "recheck left asked for");
   alarm(0);
   for (size_t i = 2048; i < BUSY_N; i++) free(busy_blocks[i]);
-  sem_post(&busy_quit);
-  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  owner_stop(&o);
   locus_heap_check();
 }
 
@@ -353,6 +413,7 @@ int main(void) {
   test_double_push_reported();
   test_producer_reuses();
   test_idle_owner();
+  test_waiting_owner();
   test_last_free_lock_taken();
   test_orphan_release();
   return TEST_DONE();
