@@ -176,8 +176,16 @@ static void test_idle_owner(void) {
    * the remote frees once the owner is seen idle: reclaim_current). Before,
    * those runs pinned 3 chunks (12 MiB) here. One chunk of slack: another
    * heap of this process may take one meanwhile (this is a memory figure). */
+#if LOCUS_RECLAIM_CURRENT
   CHECK(use2 <= use0 + CHUNK_SIZE, "only %zu of %zu KiB came back without the owner",
         (use1 - use2) >> 10, (use1 - use0) >> 10);
+#else
+  /* The take-back of current runs is off (heap.h): every other run comes
+   * back; the chunks holding the owner's current runs stay (one run per
+   * class, 18 classes of 64-1024 B: 5 chunks, 20 MiB, measured). */
+  CHECK(use2 <= use0 + 6 * CHUNK_SIZE, "only %zu of %zu KiB came back without the owner",
+        (use1 - use2) >> 10, (use1 - use0) >> 10);
+#endif
   owner_stop(&o);
 }
 
@@ -214,11 +222,17 @@ static void test_waiting_owner(void) {
   CHECK(atomic_load(&wait_heap->st_reclaimed_runs) == taken0, "runs counted as taken back");
   usleep(3 * HEAP_IDLE_NS / 1000);
   for (int i = 0; i < WAIT_N; i++) free(wait_blocks[2][i]);   /* probed long enough ago: taken */
+#if LOCUS_RECLAIM_CURRENT
   for (int g = 0; g < 3; g++)
     CHECK(heap_cur(wait_heap, size_class(wait_sizes[g])) == &locus_empty_run,
           "group %d's run not taken back from an owner idle for %llu ms", g, 3 * HEAP_IDLE_NS / 1000000);
   CHECK(atomic_load(&wait_heap->st_reclaimed_runs) == taken0 + 3, "taken back: %zu runs, expected 3",
         atomic_load(&wait_heap->st_reclaimed_runs) - taken0);
+#else
+  for (int g = 0; g < 3; g++)          /* the take-back is off (heap.h): nothing is taken */
+    CHECK(heap_cur(wait_heap, size_class(wait_sizes[g])) == cur[g], "group %d's current run taken back", g);
+  CHECK(atomic_load(&wait_heap->st_reclaimed_runs) == taken0, "runs counted as taken back");
+#endif
   for (int i = 0; i < WAIT_N; i++) free(wait_blocks[3][i]);
   owner_stop(&o);
   locus_heap_check();
