@@ -285,9 +285,18 @@ static ALWAYS_INLINE void run_used_set(run_t *run, unsigned v) {
   __atomic_signal_fence(__ATOMIC_RELEASE);
   run->used = (uint16_t)v;
 }
+/* Returns the value it stored, never `used` read again: once the store is
+ * visible, a remote free may take the run's remaining blocks (collect_list
+ * sets `used` to 0) and retire it, and a read-back would then see 0 and
+ * retire the run a second time (small_free_emptied), giving its chunk back
+ * twice. `return --run->used` did read back at -O0 (load, subtract, store,
+ * load): the debug build handed one chunk to two heaps. -O2 compiles this
+ * as before: one subtract from memory whose flags are tested. */
 static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
   __atomic_signal_fence(__ATOMIC_RELEASE);
-  return --run->used;
+  uint16_t v = (uint16_t)(run->used - 1u);
+  run->used = v;
+  return v;
 }
 static ALWAYS_INLINE void run_used_inc(run_t *run) {   /* one add to memory */
   __atomic_signal_fence(__ATOMIC_RELEASE);
