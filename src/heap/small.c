@@ -295,6 +295,9 @@ static void run_unhook_current(heap_t *h, run_t *run) {
  * its runs are unused. */
 static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
   LOCUS_ASSERT(run->used == 0 && h->cur[run->cls] != run);
+  /* Retired once: a second retire of the slot would give its chunk back twice
+   * (to the source and to the spare: two heaps would share it). */
+  LOCUS_ASSERT(run->state != RUN_FREE && !(c->free_runs >> (run - c->runs) & 1));
   /* A remote free may still be pushing the run on the notify stack: wait for
    * it, then empty the stack, so that nothing points to the slot. */
   while (atomic_load_explicit(&run->thread_free, memory_order_acquire) & TF_NOTIFYING) arch_pause();
