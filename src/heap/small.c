@@ -409,7 +409,7 @@ static bool run_all_free(run_t *run) {
  * Else the runs are hooked back. The owner holds no block of such a run,
  * so its frees cannot touch it either. */
 static void reclaim_current(heap_t *h) {
-  if (!LOCUS_RECLAIM_CURRENT) return;  /* off: see heap.h */
+  if (!LOCUS_RECLAIM_CURRENT) return;  /* built without it (heap.h) */
   /* Idle means idle for HEAP_IDLE_NS: a producer waiting on a full ring is
    * idle for microseconds, and taking its runs at every look cost a
    * membarrier and up to a run refill per class each time (small_ring 0.76x). */
