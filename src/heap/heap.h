@@ -285,9 +285,18 @@ static ALWAYS_INLINE void run_used_set(run_t *run, unsigned v) {
   __atomic_signal_fence(__ATOMIC_RELEASE);
   run->used = (uint16_t)v;
 }
+/* Returns the value it stored, never `used` read again: once the store is
+ * visible, a remote free may take the run's remaining blocks (collect_list
+ * sets `used` to 0) and retire it, and a read-back would then see 0 and
+ * retire the run a second time (small_free_emptied), giving its chunk back
+ * twice. `return --run->used` did read back at -O0 (load, subtract, store,
+ * load): the debug build handed one chunk to two heaps. -O2 compiles this
+ * as before: one subtract from memory whose flags are tested. */
 static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
   __atomic_signal_fence(__ATOMIC_RELEASE);
-  return --run->used;
+  uint16_t v = (uint16_t)(run->used - 1u);
+  run->used = v;
+  return v;
 }
 static ALWAYS_INLINE void run_used_inc(run_t *run) {   /* one add to memory */
   __atomic_signal_fence(__ATOMIC_RELEASE);
@@ -314,16 +323,14 @@ enum { HEAP_IDLE = 0, HEAP_POPPING = 1, HEAP_PROBED = 2 };
  * and a remote free writes the line of `pop`, which the owner writes at
  * every malloc, at most once per period. */
 #define HEAP_IDLE_NS (10 * 1000 * 1000ull)
-/* The take-back of an idle owner's current runs (reclaim_current) is off
- * by default: a race in it hands out blocks of a retired run (a block freed
- * later is reported as an invalid pointer, or is handed out twice). With
- * HEAP_IDLE_NS at 0, `bench_random_exchange --max-size 64 --quick` fails 3
- * to 8 runs in 30 in the debug build; with the take-back off, 0 in 30
- * (also before it existed, at a6697cf). Until the race is found, the runs
- * an idle owner keeps current stay with it (at most one per class). Build
- * with -DLOCUS_RECLAIM_CURRENT=1 to study it. */
+/* The take-back of an idle owner's current runs (reclaim_current); build
+ * with -DLOCUS_RECLAIM_CURRENT=0 to leave an idle owner its current runs
+ * (at most one per class). It was off for a while: with HEAP_IDLE_NS at 0,
+ * `bench_random_exchange --max-size 64 --quick` failed 3 to 8 runs in 30 in
+ * the -O0 build. The cause was not this protocol but run_used_dec reading
+ * `used` back after its store (see there); 0 in 60 since. */
 #ifndef LOCUS_RECLAIM_CURRENT
-#define LOCUS_RECLAIM_CURRENT 0
+#define LOCUS_RECLAIM_CURRENT 1
 #endif
 /* The owner's pop window (see heap_t.pop). The entry's store must be
  * visible before cur[] is read: on the owner's side only the compiler is

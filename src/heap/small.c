@@ -295,6 +295,9 @@ static void run_unhook_current(heap_t *h, run_t *run) {
  * its runs are unused. */
 static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
   LOCUS_ASSERT(run->used == 0 && h->cur[run->cls] != run);
+  /* Retired once: a second retire of the slot would give its chunk back twice
+   * (to the source and to the spare: two heaps would share it). */
+  LOCUS_ASSERT(run->state != RUN_FREE && !(c->free_runs >> (run - c->runs) & 1));
   /* A remote free may still be pushing the run on the notify stack: wait for
    * it, then empty the stack, so that nothing points to the slot. */
   while (atomic_load_explicit(&run->thread_free, memory_order_acquire) & TF_NOTIFYING) arch_pause();
@@ -406,7 +409,7 @@ static bool run_all_free(run_t *run) {
  * Else the runs are hooked back. The owner holds no block of such a run,
  * so its frees cannot touch it either. */
 static void reclaim_current(heap_t *h) {
-  if (!LOCUS_RECLAIM_CURRENT) return;  /* off: see heap.h */
+  if (!LOCUS_RECLAIM_CURRENT) return;  /* built without it (heap.h) */
   /* Idle means idle for HEAP_IDLE_NS: a producer waiting on a full ring is
    * idle for microseconds, and taking its runs at every look cost a
    * membarrier and up to a run refill per class each time (small_ring 0.76x). */
