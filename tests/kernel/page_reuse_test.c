@@ -104,25 +104,32 @@ static int sysctl_write(const char *name, long v) {
   return ok ? 0 : -1;
 }
 
-/* Does /proc/self/smaps show VmFlags "pr" for the vma starting at p? */
-static int smaps_has_pr(void *p) {
+/* The line of /proc/self/smaps that starts with `key` in the block of the
+ * vma starting at p, copied to line: 1; vma or key not found: 0; no file: -1. */
+static int smaps_line(void *p, const char *key, char *line, size_t len) {
   FILE *f = fopen("/proc/self/smaps", "r");
-  char line[512];
   int in = 0, found = 0;
   if (!f) return -1;
-  while (fgets(line, sizeof line, f)) {
+  while (fgets(line, (int)len, f)) {
     unsigned long a, b;
     if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
       in = (a == (unsigned long)p);
       continue;
     }
-    if (in && !strncmp(line, "VmFlags:", 8)) {
-      found = strstr(line, " pr") != NULL;
+    if (in && !strncmp(line, key, strlen(key))) {
+      found = 1;
       break;
     }
   }
   fclose(f);
   return found;
+}
+
+/* Does /proc/self/smaps show VmFlags "pr" for the vma starting at p? */
+static int smaps_has_pr(void *p) {
+  char line[512];
+  int r = smaps_line(p, "VmFlags:", line, sizeof line);
+  return r < 0 ? -1 : r && strstr(line, " pr") != NULL;
 }
 
 static void *map_anon(size_t len, int extra) {
@@ -530,21 +537,8 @@ static void *map_huge(size_t len, int extra) {
 
 /* AnonHugePages (kB) of the vma starting at p, -1 if not found. */
 static long anon_huge_kb(void *p) {
-  FILE *f = fopen("/proc/self/smaps", "r");
   char line[512];
-  int in = 0;
-  long v = -1;
-  if (!f) return -1;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long a, b;
-    if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-      in = (a == (unsigned long)p);
-      continue;
-    }
-    if (in && !strncmp(line, "AnonHugePages:", 14)) { v = strtol(line + 14, NULL, 10); break; }
-  }
-  fclose(f);
-  return v;
+  return smaps_line(p, "AnonHugePages:", line, sizeof line) == 1 ? strtol(line + 14, NULL, 10) : -1;
 }
 
 /* Classifies the 512 pages of 2 MiB page h after a refault: how many are
