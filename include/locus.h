@@ -51,7 +51,7 @@ size_t locus_usable_size(const void *ptr);
  *   "numa" keep up to LOCUS_CACHE_MAX bytes per NUMA node;
  *   "auto" decide per source (per node, as numa) from how soon freed memory
  *          is reused and from memory pressure, up to LOCUS_CACHE_MAX.
- * The initial profile comes from LOCUS_PROFILE (default "uma").
+ * The initial profile comes from LOCUS_PROFILE (default "auto").
  * Returns 0, or -1 with errno = EINVAL for an unknown name. Switching to a
  * profile with a smaller bound releases the excess at once. */
 int locus_set_profile(const char *name);

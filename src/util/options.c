@@ -21,7 +21,7 @@
 #include "util/trace.h"
 
 options_t locus_opt = {
-  .profile = PROFILE_UMA,
+  .profile = PROFILE_AUTO,
   .cache_max = 500 * MiB,
   .cache_bound = 500 * MiB,
   .cache_max_segment = 256 * MiB,
@@ -122,7 +122,7 @@ static void profile_changed(void) {
 #define RT true
 #define START false
 static option_t table[] = {
-  {{"profile", "LOCUS_PROFILE", "enum", "uma", "eco, uma, numa, auto",
+  {{"profile", "LOCUS_PROFILE", "enum", "auto", "eco, uma, numa, auto",
     "How much freed memory the sources keep: eco none (lowest footprint), uma up to "
     "LOCUS_CACHE_MAX in one source, numa up to LOCUS_CACHE_MAX per NUMA node, reused on the same node; "
     "auto decides per source from reuse and memory pressure (docs/adaptive.md).", RT},

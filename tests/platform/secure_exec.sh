@@ -14,7 +14,7 @@
 # a filesystem not mounted nosuid is run as nobody (setpriv, else su) with
 #   LOCUS_STATS=1 LOCUS_STATS_FILE=<dir writable by all>/... LOCUS_VERBOSE=1
 #   LOCUS_PROFILE=eco LOCUS_LARGE_THRESHOLD=bogus
-# and must report euid 0, AT_SECURE 1, profile uma (LOCUS_PROFILE ignored),
+# and must report euid 0, AT_SECURE 1, profile auto (the default: LOCUS_PROFILE ignored),
 # create no statistics file and print nothing on stderr (no banner, no
 # warning about the malformed value, no report). Control: a copy without the
 # setuid bit, run as nobody with the same environment, reports euid of
@@ -103,7 +103,7 @@ variant() {  # TAG HELPER
     bad "$tag: euid=$euid under the setuid bit (the static helper got 0)"; return
   fi
   [ "$(field secure "$out")" = 1 ] || bad "$tag setuid: AT_SECURE is not set"
-  [ "$(field profile "$out")" = uma ] || bad "$tag setuid: profile '$(field profile "$out")', expected uma: LOCUS_PROFILE=eco was obeyed"
+  [ "$(field profile "$out")" = auto ] || bad "$tag setuid: profile '$(field profile "$out")', expected auto (the default): LOCUS_PROFILE=eco was obeyed"
   [ -e "$file" ] && bad "$tag setuid: LOCUS_STATS_FILE was created: $(ls -l "$file")"
   [ -n "$(ls -A "$STATS" | grep "^$tag\\.suid")" ] && bad "$tag setuid: files appeared in $STATS"
   [ -s "$err" ] && bad "$tag setuid: printed on stderr: $(head -c 400 "$err")"
@@ -119,7 +119,7 @@ variant() {  # TAG HELPER
   if [ -f "$file" ] && grep -qE "$REPORT" "$file"; then :; else bad "$tag control: no statistics report in $file"; fi
   grep -q '^locus: locus .* active in pid ' "$err" || bad "$tag control: no LOCUS_VERBOSE banner on stderr"
   grep -q '^locus: warning: LOCUS_LARGE_THRESHOLD="bogus"' "$err" || bad "$tag control: no warning about LOCUS_LARGE_THRESHOLD"
-  [ $fail -eq 0 ] && say "$tag: setuid run ignores LOCUS_* (euid 0, profile uma, no file, silent); control obeys them"
+  [ $fail -eq 0 ] && say "$tag: setuid run ignores LOCUS_* (euid 0, profile auto, no file, silent); control obeys them"
 }
 
 variant static "$1"

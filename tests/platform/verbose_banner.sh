@@ -2,7 +2,7 @@
 # verbose_banner VERSION OPTIONS_C: what LOCUS_VERBOSE=1 prints.
 #
 # With LD_PRELOAD=liblocus.so LOCUS_VERBOSE=1 /bin/true, stderr holds exactly:
-#   locus: locus <VERSION> active in pid <pid of true> (...): profile uma, ...
+#   locus: locus <VERSION> active in pid <pid of true> (...): profile auto, ...
 #   locus: kernel features: ...
 #   locus:   LOCUS_<NAME>=<value>[ (default)]     one line per option
 # The options and their documented defaults are read from the table in
@@ -87,7 +87,7 @@ check_listing() {
 
 run verbose LOCUS_VERBOSE=1
 sed 's/^/    | /' "$WORK/verbose.err"
-check_listing verbose uma LOCUS_VERBOSE=1
+check_listing verbose auto LOCUS_VERBOSE=1
 grep -qx 'locus:   LOCUS_CACHE_MAX=500M (default)' "$WORK/verbose.err" || bad "no line 'LOCUS_CACHE_MAX=500M (default)'"
 
 run eco LOCUS_VERBOSE=1 LOCUS_PROFILE=eco
@@ -95,7 +95,7 @@ check_listing eco eco LOCUS_VERBOSE=1 LOCUS_PROFILE=eco
 grep -q '^locus:   LOCUS_PROFILE=eco$' "$WORK/eco.err" || bad "eco: no line 'LOCUS_PROFILE=eco' (without '(default)')"
 
 run malformed LOCUS_VERBOSE=1 LOCUS_CACHE_MAX=lots
-check_listing malformed uma LOCUS_VERBOSE=1
+check_listing malformed auto LOCUS_VERBOSE=1
 w=$(grep -c '^locus: warning: LOCUS_CACHE_MAX="lots" ' "$WORK/malformed.err")
 [ "$w" -eq 1 ] || bad "malformed: $w warnings naming LOCUS_CACHE_MAX=\"lots\", expected 1"
 

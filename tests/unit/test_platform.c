@@ -172,7 +172,7 @@ static void test_options(void) {
   CHECK(locus_option_get("cache_max", v, sizeof v) == 4 && !strcmp(v, "500M"), "cache_max default: %s", v);
   CHECK(locus_option_get("LOCUS_LARGE_THRESHOLD", v, sizeof v) > 0 && !strcmp(v, "1M"), "by variable: %s", v);
   CHECK(locus_option_get("nope", v, sizeof v) == -1 && errno == EINVAL, "unknown name");
-  CHECK(locus_option_get("profile", NULL, 0) == 3, "length only");
+  CHECK(locus_option_get("profile", NULL, 0) == 4, "length only (\"auto\")");
   errno = 0;
   CHECK(locus_option_set("cache_max", "abc") == -1 && errno == EINVAL, "malformed size");
   CHECK(locus_option_set("cache_max", "1P") == -1 && errno == EINVAL, "unknown suffix");
@@ -184,7 +184,7 @@ static void test_options(void) {
             !strcmp(v, "1T"), "T suffix: %s", v);
 
   /* A smaller bound releases the excess at once; eco keeps nothing. */
-  CHECK(locus_option_set("cache_max", "256M") == 0, "set 256M");
+  CHECK(locus_set_profile("uma") == 0 && locus_option_set("cache_max", "256M") == 0, "uma, 256M");
   void *a = malloc(32 << 20), *b = malloc(32 << 20);
   free(a);
   free(b);
@@ -196,7 +196,7 @@ static void test_options(void) {
   a = malloc(32 << 20);
   free(a);
   CHECK(locus_cached_bytes() == 0, "eco caches nothing, even with LOCUS_CACHE_MAX set: %zu", locus_cached_bytes());
-  CHECK(locus_option_set("cache_max", "500M") == 0 && locus_set_profile("uma") == 0, "restore");
+  CHECK(locus_option_set("cache_max", "500M") == 0 && locus_set_profile("auto") == 0, "restore the default");
 
   /* The table documents every option it parses. */
   size_t n = 0;
