@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
     /* about the same number of operations whatever the batch */
     long rounds = (long)bench_opt_u64(&a, "--rounds", 0);
     if (!rounds) {
-        uint64_t ops = batch >= 100000 ? (a.quick ? 1 : 5000000) : (a.quick ? 300000 : 10000000);
+        uint64_t ops = batch >= 100000 ? (a.quick ? 1 : 20000000) : (a.quick ? 300000 : 40000000);
         rounds = (long)(ops / batch);
         if (rounds < 1) rounds = 1;
     }

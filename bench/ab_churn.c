@@ -38,7 +38,7 @@ static void *worker(void *vp) {
 
 int main(int argc, char **argv) {
     bench_args_t a = bench_parse(argc, argv, "ab_churn");
-    long gens = (long)bench_opt_u64(&a, "--gens", a.quick ? 30 : 400);
+    long gens = (long)bench_opt_u64(&a, "--gens", a.quick ? 30 : 1600);
     size_t nblocks = (size_t)bench_opt_u64(&a, "--blocks", 3000);
     size_t lo = (size_t)bench_opt_u64(&a, "--min", 16), hi = (size_t)bench_opt_u64(&a, "--max", 512);
     if (lo < 8 || hi < lo || hi > 65535) bench_usage_exit("sizes must satisfy 8 <= --min <= --max <= 65535");

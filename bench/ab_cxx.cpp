@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
     uint64_t seed = opt(argc, argv, "--seed", 0x5eed1234abcdULL);
     size_t live = opt(argc, argv, "--live", 65536);
     size_t mapn = opt(argc, argv, "--map", 16384);
-    long ops = (long)opt(argc, argv, "--ops", quick ? 200000 : 3000000);
+    long ops = (long)opt(argc, argv, "--ops", quick ? 200000 : 12000000);
     if (live < 1 || mapn < 1) {
         std::fprintf(stderr, "ab_cxx: --live and --map must be > 0\n");
         return 2;

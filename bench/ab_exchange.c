@@ -39,7 +39,7 @@ static void *worker(void *vp) {
 int main(int argc, char **argv) {
     bench_args_t a = bench_parse(argc, argv, "ab_exchange");
     size_t nslots = (size_t)bench_opt_u64(&a, "--slots", 4096);
-    long ops = (long)bench_opt_u64(&a, "--ops", a.quick ? 300000 : 5000000);
+    long ops = (long)bench_opt_u64(&a, "--ops", a.quick ? 300000 : 25000000);
     size_t lo = (size_t)bench_opt_u64(&a, "--min", 8), hi = (size_t)bench_opt_u64(&a, "--max", 1024);
     if (nslots & (nslots - 1)) bench_usage_exit("--slots must be a power of two");
     if (lo < 8 || hi < lo || hi > 65535) bench_usage_exit("sizes must satisfy 8 <= --min <= --max <= 65535");

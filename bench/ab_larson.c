@@ -63,7 +63,7 @@ int main(int argc, char **argv) {
     bench_args_t a = bench_parse(argc, argv, "ab_larson");
     size_t slots = (size_t)bench_opt_u64(&a, "--slots", 2048);
     long round = (long)bench_opt_u64(&a, "--round", 20000);
-    long ops = (long)bench_opt_u64(&a, "--ops", a.quick ? 400000 : 6000000); /* per lane */
+    long ops = (long)bench_opt_u64(&a, "--ops", a.quick ? 400000 : 24000000); /* per lane */
     size_t lo = (size_t)bench_opt_u64(&a, "--min", 8), hi = (size_t)bench_opt_u64(&a, "--max", 1024);
     if (slots & (slots - 1)) bench_usage_exit("--slots must be a power of two");
     if (lo < 8 || hi < lo || hi > 65535) bench_usage_exit("sizes must satisfy 8 <= --min <= --max <= 65535");

@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
     bench_args_t a = bench_parse(argc, argv, "ab_prodcons");
     size_t batch = (size_t)bench_opt_u64(&a, "--batch", 256);
     size_t depth = (size_t)bench_opt_u64(&a, "--depth", 8);
-    long count = (long)bench_opt_u64(&a, "--count", a.quick ? 300000 : 5000000);
+    long count = (long)bench_opt_u64(&a, "--count", a.quick ? 300000 : 20000000);
     size_t lo = (size_t)bench_opt_u64(&a, "--min", 8), hi = (size_t)bench_opt_u64(&a, "--max", 1024);
     if (lo < 8 || hi < lo || hi > 65535) bench_usage_exit("sizes must satisfy 8 <= --min <= --max <= 65535");
     if (!batch || !depth || depth + 2 > BQ_MAX) bench_usage_exit("--batch must be > 0, --depth 1 .. 254");

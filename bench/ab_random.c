@@ -42,7 +42,7 @@ static void *worker(void *vp) {
 int main(int argc, char **argv) {
     bench_args_t a = bench_parse(argc, argv, "ab_random");
     size_t slots = (size_t)bench_opt_u64(&a, "--slots", 8192);
-    long iters = (long)bench_opt_u64(&a, "--iters", a.quick ? 300000 : 10000000);
+    long iters = (long)bench_opt_u64(&a, "--iters", a.quick ? 300000 : 40000000);
     size_t lo = (size_t)bench_opt_u64(&a, "--min", 8), hi = (size_t)bench_opt_u64(&a, "--max", 1024);
     if (slots & (slots - 1)) bench_usage_exit("--slots must be a power of two");
     if (lo < 8 || hi < lo || hi > 65535) bench_usage_exit("sizes must satisfy 8 <= --min <= --max <= 65535");
