@@ -179,6 +179,9 @@ static void test_environment(void) {
   CHECK(strstr(out, "LOCUS_CACHE_MAX=\"12X\"") && strstr(out, "warning"), "warning for a bad size: %s", out);
   CHECK(strstr(out, "using the default 500M") && strstr(out, "T suffix"), "warning names the real default and T: %s", out);
   CHECK(strstr(out, "profile=auto cached_max_ok"), "default kept: %s", out);
+  /* uma (no longer the default) keeps its bound too: the cached half of the check */
+  run_child("LOCUS_PROFILE=uma LOCUS_CACHE_MAX=12X", "--print-config", out, sizeof out);
+  CHECK(strstr(out, "profile=uma cached_max_ok"), "uma's default bound kept: %s", out);
   run_child("LOCUS_PROFILE=fast", "--print-config", out, sizeof out);
   CHECK(strstr(out, "LOCUS_PROFILE=\"fast\"") && strstr(out, "profile=auto"), "bad profile falls back to the default: %s", out);
   run_child("LOCUS_PROFILE=eco LOCUS_LARGE_THRESHOLD=2M", "--print-config", out, sizeof out);
