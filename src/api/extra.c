@@ -22,13 +22,18 @@ LOCUS_EXPORT const char *locus_get_profile(void) {
   return profile_name(atomic_load(&locus_opt.profile));
 }
 
-/* The calling thread's heap and its placed sub-heaps: blocks other threads
- * freed into them come back, empty chunks go to their sources. */
+/* The calling thread's heap and its placed sub-heaps: their thread caches
+ * go back to the runs, blocks other threads freed into them come back,
+ * empty chunks go to their sources. */
 static void collect_all(heap_t *h) {
   if (!h) return;
+  small_cache_flush(h);
   heap_collect(h);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) heap_collect(h->placed[i]);
+    if (h->placed[i]) {
+      small_cache_flush(h->placed[i]);
+      heap_collect(h->placed[i]);
+    }
 }
 
 LOCUS_EXPORT size_t locus_release(void) {

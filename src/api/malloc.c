@@ -25,10 +25,20 @@ static NOINLINE void *small_slow(heap_t *h, unsigned cls) {
   return p ? p : fail_enomem();
 }
 
+/* The thread cache first (only the owner touches it: no pop window), then
+ * the current run. */
 static ALWAYS_INLINE void *small_alloc(heap_t *h, unsigned cls) {
+  tcache_t *t = &h->cache[cls];
+  void **b = t->head;
+  if (likely(b)) {
+    t->head = b[0];
+    t->room++;
+    b[1] = NULL;                       /* clears the freed-block tag */
+    return b;
+  }
   heap_pop_enter(h);                   /* a remote free must not take cur[cls] back now */
   run_t *run = heap_cur(h, cls);
-  void **b = run->free;
+  b = run->free;
   if (likely(b)) {
     run->free = b[0];
     run_used_inc(run);
@@ -167,7 +177,7 @@ static NOINLINE void free_slow(heap_t *h, void *p, const char *fn) {
     run_t *run = small_check(c, p, fn, &idx);
     heap_t *owner = c->r.heap;
     if (owner == h || (h && owner->main == h)) {   /* this thread's heap or a placed sub-heap of it */
-      if (unlikely(idx >= run->carved)) bad_small(p, fn, true);
+      if (unlikely(!run_carved(run, idx))) bad_small(p, fn, true);
       small_free_local(owner, c, run, p, block_tag(p));
     } else {
       small_free_remote(owner, run, p);
@@ -189,14 +199,13 @@ static NOINLINE void free_slow(heap_t *h, void *p, const char *fn) {
 static NO_IPA void free_local_bad(chunk_t *c, void *p, const char *fn) {
   size_t idx;
   run_t *run = small_check(c, p, fn, &idx);
-  if (idx >= run->carved) bad_small(p, fn, true);
+  if (!run_carved(run, idx)) bad_small(p, fn, true);
   locus_fatal("%s(): invalid pointer %p (small block check failed)", fn, p);
 }
 
 /* The owner's free. Checks, each a branch to free_local_bad: the offset is
- * a block start (reciprocal multiply) of a carved block (carved <= capacity,
- * so capacity need not be checked), and the block does not carry the freed
- * tag (double free). */
+ * a block start (reciprocal multiply) of a carved block (run_carved), and
+ * the block does not carry the freed tag (double free). */
 static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const char *fn) {
   size_t o = (uintptr_t)p - (uintptr_t)c;
   _Static_assert(sizeof(run_t) == 64, "run descriptors are indexed by a shift");
@@ -207,7 +216,7 @@ static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const
     free_local_bad(c, p, fn);
     return;
   }
-  if (unlikely(idx >= run->carved)) {
+  if (unlikely(!run_carved(run, idx))) {
     free_local_bad(c, p, fn);
     return;
   }

@@ -65,6 +65,7 @@ static heap_t *heap_new_locked(void) {
   memset(h, 0, sizeof *h);
   heap_reset_classes(h);
   heap_frames_clear(h);
+  small_cache_init(h);
   h->main = h;
   h->place = PLACE_MAIN;
   h->next_all = all_heaps;
@@ -316,6 +317,11 @@ static void heap_forget_hot(heap_t *h) {
 static void heap_abandon(void *arg) {
   heap_t *h = arg;
   if (!h || locus_tls_heap != h) return;
+  /* The thread cache goes back to the runs while the thread still owns the
+   * heap: nobody else may touch it, and an orphan keeps none. */
+  small_cache_flush(h);
+  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
+    if (h->placed[i]) small_cache_flush(h->placed[i]);
   locus_tls_heap = NULL;
   lock_acquire(&heaps_lock);
   heap_set_state(h, HEAP_ORPHAN);

@@ -45,7 +45,7 @@ typedef struct run_s {
   void *free;                  /* malloc pops here, the owner's frees push here */
   uint16_t used;               /* blocks handed out (those on thread_free included until collected) */
   uint16_t capacity;           /* blocks that fit in the run */
-  uint16_t carved;             /* blocks carved so far from the run's start */
+  uint16_t carved;             /* blocks carved so far: first .. first + carved - 1 (see run_carved) */
   uint8_t cls;
   uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL: the owner's view */
   uint32_t bsize;
@@ -53,6 +53,7 @@ typedef struct run_s {
   _Atomic(uintptr_t) thread_free; /* remote frees, see above */
   struct run_s *next, *prev;   /* the heap's list of non-full runs of this class */
   struct run_s *_Atomic notify_next; /* link on the owner heap's notify stack */
+  uint16_t first;              /* the run's color: the block its carving starts at (run_new) */
 } __attribute__((aligned(64))) run_t;   /* one cache line each, indexed by a shift */
 
 enum { RUN_FREE = 0, RUN_ACTIVE = 1, RUN_FULL = 2 };
@@ -88,6 +89,35 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
 #define PLACE_MAIN (-1)
 #define PLACE_INTERLEAVE TOPO_MAX_NODES
 
+/* The thread cache: per class, the small blocks the heap's thread freed
+ * last, a LIFO list through word 0 that malloc pops before it looks at a
+ * run (after the per-thread free lists of tcmalloc: Ghemawat and Menage,
+ * "TCMalloc: Thread-Caching Malloc", 2005). A block freed is the next one
+ * handed out whichever run it lies in, so a thread reuses blocks still in
+ * its caches; the runs alone reuse a block only once its run is current
+ * again (free-list sharding keeps a run's frees together, not the thread's).
+ * Invariants: only the owner thread reads or writes a heap's thread cache
+ * (remote frees, idle-owner reclaim and collectors of orphans never touch
+ * it); on, length + room == bound; off, the list is empty and room 0; every block on it is a
+ * carved block of a small run of this heap and class, tagged freed like a
+ * block on a run's list, and still counted in its run's `used` (the run
+ * sees it as handed out). A thread's exit, locus_collect and locus_release
+ * give the blocks back to their runs (small_cache_flush).
+ *
+ * A free that finds the list full gives the whole list back and turns the
+ * class's cache off (room = 0) until a malloc of the class takes the slow
+ * path (its run is used up): a long run of frees (a data structure torn down)
+ * then goes to the runs, which empty and go back as they would without a
+ * cache, instead of leaving a cache of blocks that keeps their runs, and
+ * the chunks of those runs, from ever going back. */
+typedef struct {
+  void *head;
+  uint32_t room;               /* on: bound - length; off (after an overflow): 0, and the list empty */
+  uint32_t bound;              /* LOCUS_THREAD_CACHE bytes of the class, at most CACHE_COUNT_MAX */
+} tcache_t;
+static inline uint32_t tcache_length(const tcache_t *t) { return t->head ? t->bound - t->room : 0; }
+#define CACHE_COUNT_MAX 1024u
+
 typedef struct heap_s {
   run_t *cur[NUM_CLASSES];     /* run serving each class; never NULL (sentinel); the owner reads
                                   it without the lock, so others write it with atomic stores */
@@ -99,6 +129,8 @@ typedef struct heap_s {
    * may be taken back without it (reclaim_current): OpenMP pool threads
    * never allocate again. */
   unsigned pop;
+  uint16_t color;              /* the next run's color (run_new) */
+  tcache_t cache[NUM_CLASSES]; /* the thread cache, see tcache_t */
   run_t *partial[NUM_CLASSES]; /* other non-full runs of the class, oldest first */
   run_t *partial_tail[NUM_CLASSES];
   _Atomic(void *) remote;      /* MPSC stack of medium blocks freed by other threads */
@@ -373,7 +405,7 @@ void small_fork_child(heap_t *h);
  * run alive, and is done under the lock. A decrement to 0 leaves no block
  * for a remote free to come with: the owner retires the run (under the
  * lock) after it. */
-static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
+static ALWAYS_INLINE void small_free_run(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
   LOCUS_ASSERT(run->used > 0 && run->used <= run->carved && run->carved <= run->capacity);
   void **b = p;
   b[1] = (void *)tag;
@@ -391,6 +423,30 @@ static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, vo
     return;
   }
 }
+/* A full list: the list and the block to the runs, the cache off (tcache_t). */
+void small_cache_overflow(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag);
+/* The owner's free of a checked block: onto the thread cache (the run is
+ * not touched: the block stays counted in `used`). */
+static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
+  tcache_t *t = &h->cache[run->cls];
+  if (likely(t->room)) {
+    void **b = p;
+    b[1] = (void *)tag;
+    b[0] = t->head;
+    t->head = b;
+    t->room--;
+    return;
+  }
+  if (!t->head) {                      /* off, or LOCUS_THREAD_CACHE=0 */
+    small_free_run(h, c, run, p, tag);
+    return;
+  }
+  small_cache_overflow(h, c, run, p, tag);
+}
+/* Sets the bounds of a new heap's thread cache from LOCUS_THREAD_CACHE. */
+void small_cache_init(heap_t *h);
+/* The owner gives its thread cache back to the runs (h->lock not held). */
+void small_cache_flush(heap_t *h);
 /* Another thread's free: one CAS on the run's thread_free, none on the heap,
  * except the first free into a full run, which tells the owner (small_notify). */
 static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) {
@@ -429,6 +485,18 @@ static ALWAYS_INLINE run_t *chunk_run_of(chunk_t *c, const void *p, size_t *off)
 }
 static ALWAYS_INLINE char *run_start(chunk_t *c, run_t *run) {
   return (char *)c + ((size_t)(run - c->runs) << RUN_SHIFT);
+}
+/* Whether block idx (< RUN_SIZE / bsize) of the run was ever carved.
+ * Carving starts at block `first` and goes to the run's end a page at a
+ * time; there the blocks before `first` are carved at once and `first`
+ * becomes 0 (run_extend). So the carved blocks are always first .. first +
+ * carved - 1 with first + carved <= capacity: one unsigned compare (below
+ * `first`, idx - first wraps to a huge value). The block past the last
+ * whole one (idx == capacity, in the tail a run's size leaves over) is never
+ * carved, and a retired run has first = carved = 0. Read by the owner, or
+ * under its lock: `first` and `carved` change in its slow path. */
+static ALWAYS_INLINE bool run_carved(const run_t *run, size_t idx) {
+  return idx - run->first < run->carved;
 }
 /* Index of the block starting at offset `off` of the run, or a value >=
  * capacity when off is not a block start. Reads only fields fixed when the

@@ -16,11 +16,20 @@
  *
  * Free lists are sharded per run (free / thread_free, see
  * heap.h): a remote free touches only the run's descriptor, and the owner
- * takes a run's remote frees in one exchange when its other lists are empty. */
+ * takes a run's remote frees in one exchange when its other lists are empty.
+ * In front of the runs, the owner's frees go to its thread cache (heap.h).
+ *
+ * Runs are colored: runs start on 64 KiB boundaries, which is the size of
+ * one way of a 512 KiB 8-way L2 (and a multiple of the way size of most
+ * L1s), so the blocks a run hands out first, which LIFO reuse keeps handing
+ * out, would sit in the same cache sets in every run and the runs of all
+ * classes would compete for a few sets. Each run starts carving at its own
+ * block (run_t.first), spread over the run's 64 KiB by a golden-ratio step. */
 #include <string.h>
 
 #include "heap/heap.h"
 #include "os/os.h"
+#include "util/options.h"
 
 uint8_t locus_class_of16[SMALL_MAX / 16 + 1];
 uint32_t locus_class_size[NUM_CLASSES];
@@ -37,12 +46,13 @@ void small_init(void) {
   }
 }
 
-static void run_init(run_t *run, unsigned cls) {
+static void run_init(run_t *run, unsigned cls, uint16_t color) {
   uint32_t bs = locus_class_size[cls];
   run->free = NULL;
   run_used_set(run, 0);
   run->carved = 0;
   run->capacity = (uint16_t)(RUN_SIZE / bs);
+  run->first = (uint16_t)((color / bs) % run->capacity);   /* a block near byte `color` */
   run->cls = (uint8_t)cls;
   run->bsize = bs;
   run->recip = (uint32_t)(((uint64_t)1 << 32) / bs + 1);
@@ -56,15 +66,29 @@ static inline chunk_t *run_chunk(run_t *run) {
   return (chunk_t *)registry_lookup(run);   /* descriptors live in their chunk */
 }
 
-/* Threads the next page's worth of never-used blocks into the free list.
- * Carving lazily keeps untouched pages of a fresh run untouched. */
+/* Threads the next page's worth of never-used blocks into the free list,
+ * from block `first` to the run's end; there, every block before `first` at
+ * once, and the run is carved from block 0 (run_carved). Carving lazily
+ * keeps untouched pages of a fresh run untouched; a run used up to its end
+ * is in use enough that the rest may be touched. */
 static void run_extend(chunk_t *c, run_t *run) {
   uint32_t bs = run->bsize;
-  unsigned n = CARVE_SIZE / bs;
-  if (n == 0) n = 1;
-  if (n > (unsigned)(run->capacity - run->carved)) n = run->capacity - run->carved;
-  char *b = run_start(c, run) + (size_t)run->carved * bs;
-  run->carved = (uint16_t)(run->carved + n);
+  unsigned at = run->first + run->carved, n;   /* the next block to carve */
+  char *head;
+  if (at < run->capacity) {
+    n = CARVE_SIZE / bs;
+    if (n == 0) n = 1;
+    if (n > run->capacity - at) n = run->capacity - at;
+    run->carved = (uint16_t)(run->carved + n);
+  } else {                             /* the blocks before `first`, the last ones */
+    at = 0;
+    n = run->first;
+    run->first = 0;
+    run->carved = run->capacity;
+  }
+  LOCUS_ASSERT(n > 0 && run->first + run->carved <= run->capacity);
+  char *b = run_start(c, run) + (size_t)at * bs;
+  head = b;
   /* Carved blocks carry the freed tag like freed ones: every block on a free
    * list has it (the validator checks), and freeing a block that was never
    * handed out is caught as a double free. */
@@ -74,7 +98,7 @@ static void run_extend(chunk_t *c, run_t *run) {
   }
   ((void **)b)[0] = run->free;
   ((uintptr_t *)b)[1] = block_tag(b);
-  run->free = run_start(c, run) + (size_t)(run->carved - n) * bs;
+  run->free = head;
 }
 
 static void partial_push(heap_t *h, run_t *run) {   /* at the tail: oldest first */
@@ -112,7 +136,8 @@ static run_t *run_new(heap_t *h, unsigned cls, chunk_t **out) {
     c->next = NULL;
   }
   run_t *run = &c->runs[i];
-  run_init(run, cls);
+  h->color = (uint16_t)(h->color + 0x9E37u);   /* 65536 / golden ratio: successive runs far apart */
+  run_init(run, cls, h->color);
   *out = c;
   return run;
 }
@@ -148,7 +173,7 @@ static size_t collect_list(heap_t *h, chunk_t *c, run_t *run, bool splice) {
   char *start = run_start(c, run);
   for (size_t i = 0; i < n; i++) {
     size_t off = (size_t)((char *)b - start);
-    if (!b || (char *)b < start || off >= RUN_SIZE || run_index(run, off) >= run->carved)
+    if (!b || (char *)b < start || off >= RUN_SIZE || !run_carved(run, run_index(run, off)))
       tf_corrupt(run, b, "corrupted remote free list (write after free?)");
     if ((uintptr_t)b[1] != block_tag(b)) {
       if ((uintptr_t)b[1] == (block_tag(b) ^ 2)) tf_corrupt(run, b, "double free (freed by two threads at once)");
@@ -274,6 +299,8 @@ void *small_alloc_slow(heap_t *h, unsigned cls) {
     if (h == &locus_oom_heap) return NULL;
   }
   heap_debug_tick(h);
+  tcache_t *t = &h->cache[cls];
+  if (!t->head) t->room = t->bound;    /* a cache turned off by an overflow comes on again (tcache_t) */
   heap_lock(h);
   void *p = alloc_slow_locked(h, cls);
   recheck_unlock(h);
@@ -306,7 +333,7 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
   run->state = RUN_FREE;
   atomic_store_explicit(&run->thread_free, 0, memory_order_relaxed);
   run->free = NULL;
-  run->carved = run->capacity = 0;     /* a late free into the slot is caught as invalid */
+  run->first = run->carved = run->capacity = 0;   /* a late free into the slot is caught as invalid */
   unsigned i = (unsigned)(run - c->runs);
   if (!c->free_runs && c->prev) {      /* chunk regains a free slot: move it to the head */
     c->prev->next = c->next;
@@ -600,6 +627,51 @@ void small_unpark(heap_t *h) {
       run_t *run = &c->runs[i];
       if (run->state == RUN_FULL && run->free) run_unfull(h, run);
     }
+}
+
+void small_cache_init(heap_t *h) {
+  size_t bytes = locus_opt.thread_cache;
+  for (unsigned i = 0; i < NUM_CLASSES; i++) {
+    size_t m = bytes / locus_class_size[i];
+    h->cache[i].head = NULL;
+    h->cache[i].bound = h->cache[i].room = (uint32_t)(m < CACHE_COUNT_MAX ? m : CACHE_COUNT_MAX);
+  }
+}
+
+/* Gives a detached list of cached blocks to their runs, as the owner's
+ * frees would have (a run may retire, and its chunk go back). */
+static void cache_release(heap_t *h, void **b) {
+  while (b) {
+    void **next = b[0];
+    uintptr_t c = heap_frame_find(h, b);
+    if ((uintptr_t)b - c >= CHUNK_SIZE) c = (uintptr_t)registry_lookup(b);   /* not in the frame table */
+    LOCUS_ASSERT(c && ((chunk_t *)c)->r.heap == h && ((chunk_t *)c)->r.kind == REGION_SMALL);
+    size_t off;
+    run_t *run = chunk_run_of((chunk_t *)c, b, &off);
+    small_free_run(h, (chunk_t *)c, run, b, block_tag(b));
+    b = next;
+  }
+}
+
+void small_cache_flush(heap_t *h) {
+  for (unsigned i = 0; i < NUM_CLASSES; i++) {
+    tcache_t *t = &h->cache[i];
+    void **b = t->head;
+    t->head = NULL;
+    t->room = t->bound;                /* on and empty */
+    cache_release(h, b);
+  }
+}
+
+/* The block and the list go to the runs, and the class's cache is off
+ * until a malloc finds it empty (tcache_t). */
+NOINLINE void small_cache_overflow(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
+  tcache_t *t = &h->cache[run->cls];
+  void **b = t->head;
+  t->head = NULL;
+  t->room = 0;
+  small_free_run(h, c, run, p, tag);
+  cache_release(h, b);
 }
 
 /* fork() child: a thread that no longer exists may have been between the

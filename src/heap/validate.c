@@ -22,7 +22,7 @@ static size_t check_list(chunk_t *c, run_t *run, void **head, const char *name) 
   char *start = run_start(c, run);
   for (void **b = head; b; b = *b) {
     size_t off = (size_t)((char *)b - start);
-    if ((char *)b < start || off >= (size_t)run->carved * run->bsize || off % run->bsize)
+    if ((char *)b < start || off >= RUN_SIZE || off % run->bsize || !run_carved(run, off / run->bsize))
       FAIL("run %zu of chunk %p: %s entry %p is not a carved block of the run", idx, c, name, (void *)b);
     if ((uintptr_t)b[1] != block_tag(b))
       FAIL("run %zu of chunk %p: %s block %p lost its freed tag (written after free?)", idx, c, name, (void *)b);
@@ -40,6 +40,9 @@ static void check_run(chunk_t *c, run_t *run) {
     FAIL("run %zu of chunk %p: used %u, carved %u, capacity %u", idx, c, run->used, run->carved, run->capacity);
   if (run->capacity != RUN_SIZE / run->bsize || run->bsize != locus_class_size[run->cls])
     FAIL("run %zu of chunk %p: block size %u does not match class %u", idx, c, run->bsize, run->cls);
+  if (run->first >= run->capacity || run->first + run->carved > run->capacity)
+    FAIL("run %zu of chunk %p: carved %u blocks from block %u of %u", idx, c, run->carved, run->first,
+         run->capacity);
   size_t n = check_list(c, run, run->free, "free list");
   if (n + run->used != run->carved)
     FAIL("run %zu of chunk %p: %zu free + %u used != %u carved", idx, c, n, run->used, run->carved);
@@ -79,6 +82,34 @@ static void check_small(heap_t *h) {
     if (h->partial_tail[cls] != prev) FAIL("partial list of class %u: tail is not the last run", cls);
     if (n != active[cls])
       FAIL("class %u: %zu active runs besides the current one, %zu on the partial list", cls, active[cls], n);
+  }
+}
+
+/* The thread cache (heap.h, tcache_t): each list as long as its count and
+ * within its bound; every block a carved block of a live small run of this
+ * heap and of the list's class, tagged freed. */
+static void check_cache(heap_t *h) {
+  for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
+    tcache_t *t = &h->cache[cls];
+    if (t->room > t->bound || t->bound > CACHE_COUNT_MAX)
+      FAIL("thread cache of class %u: room %u, bound %u", cls, t->room, t->bound);
+    uint32_t len = t->bound - t->room;   /* on; off: room 0 and no list */
+    if (!t->room && !t->head) len = 0;
+    size_t n = 0;
+    for (void **b = t->head; b; b = *b) {
+      if (++n > len) FAIL("thread cache of class %u: longer than its count %u (cycle?)", cls, len);
+      uintptr_t e = registry_find(b);
+      chunk_t *c = (chunk_t *)(e - REGION_SMALL);
+      if ((e & REG_KIND_MASK) != REGION_SMALL || (uintptr_t)b - (uintptr_t)c >= CHUNK_SIZE || c->r.heap != h)
+        FAIL("thread cache of class %u: block %p is not in a small chunk of the heap", cls, (void *)b);
+      size_t off;
+      run_t *run = chunk_run_of(c, b, &off);
+      if (run->state == RUN_FREE || run->cls != cls || off % run->bsize || !run_carved(run, off / run->bsize))
+        FAIL("thread cache of class %u: %p is not a carved block of a run of the class", cls, (void *)b);
+      if ((uintptr_t)b[1] != block_tag(b))
+        FAIL("thread cache of class %u: block %p lost its freed tag (written after free?)", cls, (void *)b);
+    }
+    if (n != len) FAIL("thread cache of class %u: %zu blocks, count %u", cls, n, len);
   }
 }
 
@@ -158,6 +189,7 @@ void heap_validate(heap_t *h) {
   if (h == &locus_oom_heap) return;
   heap_lock(h);              /* a remote free may retire a run meanwhile */
   check_small(h);
+  check_cache(h);
   check_frames(h);
   check_pop(h);
   heap_unlock(h);

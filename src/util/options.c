@@ -26,6 +26,7 @@ options_t locus_opt = {
   .cache_bound = 500 * MiB,
   .cache_max_segment = 256 * MiB,
   .large_threshold = 1 * MiB,
+  .thread_cache = 256 * KiB,
   .lazy_release = false,
   .page_reuse = true,
   .color = true,
@@ -136,6 +137,10 @@ static option_t table[] = {
   {{"large_threshold", "LOCUS_LARGE_THRESHOLD", "size", "1M", "16k to 32M",
     "Blocks above this size are large segments, served by the memory sources.", START},
    T_SIZE, 16 * KiB, 32 * MiB, NULL, &locus_opt.large_threshold, NULL},
+  {{"thread_cache", "LOCUS_THREAD_CACHE", "size", "256k", "0 to 1M",
+    "Small blocks a thread keeps for its own next mallocs, in bytes per size class (at most 1024 blocks "
+    "per class): a block freed is handed out again while still in the thread's caches. 0: none.", START},
+   T_SIZE, 0, MiB, NULL, &locus_opt.thread_cache, NULL},
   {{"lazy_release", "LOCUS_LAZY_RELEASE", "bool", "0", "0/1, yes/no, on/off, true/false",
     "Release freed segments with MADV_FREE and keep them: eco then keeps up to LOCUS_CACHE_MAX instead of "
     "unmapping; in every profile the kernel may reclaim the cached pages under memory pressure.", RT},

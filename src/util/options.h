@@ -22,6 +22,7 @@ typedef struct {
   atomic_size_t cache_bound;       /* what a source keeps now: 0 for eco (see options.c) */
   atomic_size_t cache_max_segment; /* largest segment worth caching */
   size_t large_threshold;          /* blocks above go to the sources (start-up only) */
+  size_t thread_cache;             /* LOCUS_THREAD_CACHE: bytes per class a thread keeps (start-up only) */
   atomic_bool lazy_release;        /* MADV_FREE instead of munmap when eco returns memory */
   atomic_bool page_reuse;          /* eco marks its segments for the kernel's page reuse */
   atomic_bool color;               /* random 64-byte start offset for large blocks */
