@@ -180,7 +180,7 @@ static NOINLINE void free_slow(heap_t *h, void *p, const char *fn) {
       if (unlikely(!run_carved(run, idx))) bad_small(p, fn, true);
       small_free_local(owner, c, run, p, block_tag(p));
     } else {
-      small_free_remote(owner, run, p);
+      small_free_foreign(h, owner, run, idx, p);
     }
     return;
   }

@@ -425,6 +425,8 @@ static ALWAYS_INLINE void small_free_run(heap_t *h, chunk_t *c, run_t *run, void
 }
 /* A full list: the list and the block to the runs, the cache off (tcache_t). */
 void small_cache_overflow(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag);
+/* The same for another heap's block p (it goes to its run's thread_free). */
+void small_cache_overflow_remote(heap_t *h, heap_t *owner, run_t *run, void *p);
 /* The owner's free of a checked block: onto the thread cache (the run is
  * not touched: the block stays counted in `used`). */
 static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
@@ -498,6 +500,16 @@ static ALWAYS_INLINE char *run_start(chunk_t *c, run_t *run) {
 static ALWAYS_INLINE bool run_carved(const run_t *run, size_t idx) {
   return idx - run->first < run->carved;
 }
+/* The same, for another thread than the owner. run_extend stores `carved`
+ * before `first` (a release), and this loads `first` first (an acquire):
+ * the range read is one the run had, or the old `first` with the new
+ * `carved`, a superset (where the tail slack would pass: small_check
+ * rejects it first). A valid block was carved before it was handed out,
+ * which happened before its free: it is in the range read. */
+static ALWAYS_INLINE bool run_carved_shared(const run_t *run, size_t idx) {
+  size_t first = __atomic_load_n(&run->first, __ATOMIC_ACQUIRE);
+  return idx - first < __atomic_load_n(&run->carved, __ATOMIC_RELAXED);
+}
 /* Index of the block starting at offset `off` of the run, or a value >=
  * capacity when off is not a block start. Reads only fields fixed when the
  * run was set up, so any thread may call it. */
@@ -506,6 +518,34 @@ static ALWAYS_INLINE size_t run_index(const run_t *run, size_t off) {
   return idx * run->bsize == off ? idx : SIZE_MAX;
 }
 
+/* Another thread's free of a checked block (idx: its index in the run):
+ * onto the freeing thread's own cache when its heap h may reuse the block
+ * (the owner is a main heap of the same node: placed blocks go back to their
+ * placement, and memory freed on a node is reused on that node only) and
+ * the class's list has room; else onto the run's thread_free. A cached
+ * foreign block stays the owner's: counted in its run's `used`, it goes back
+ * to the owner through thread_free when h frees it again or flushes it
+ * (tcmalloc's thread caches take any block too: a thread that frees blocks
+ * of others reuses them at once, while they are in its caches, without a
+ * CAS on the owner's run). */
+static ALWAYS_INLINE void small_free_foreign(heap_t *h, heap_t *owner, run_t *run, size_t idx, void *p) {
+  if (h && owner->place == PLACE_MAIN && owner->node == h->node) {
+    tcache_t *t = &h->cache[run->cls];
+    if (t->room && run_carved_shared(run, idx)) {
+      void **b = p;
+      b[1] = (void *)block_tag(b);
+      b[0] = t->head;
+      t->head = b;
+      t->room--;
+      return;
+    }
+    if (t->head) {                     /* full: the same rule as the owner's (tcache_t) */
+      small_cache_overflow_remote(h, owner, run, p);
+      return;
+    }
+  }
+  small_free_remote(owner, run, p);
+}
 /* ---- medium.c ---------------------------------------------------------- */
 #define MEDIUM_FIRST_OFF align_up(sizeof(chunk_t), 64)
 static inline size_t mb_size(const mblock_t *b) { return b->head & ~(size_t)15; }

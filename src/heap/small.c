@@ -83,8 +83,8 @@ static void run_extend(chunk_t *c, run_t *run) {
   } else {                             /* the blocks before `first`, the last ones */
     at = 0;
     n = run->first;
-    run->first = 0;
-    run->carved = run->capacity;
+    __atomic_store_n(&run->carved, run->capacity, __ATOMIC_RELAXED);
+    __atomic_store_n(&run->first, 0, __ATOMIC_RELEASE);   /* after `carved`: run_carved_shared */
   }
   LOCUS_ASSERT(n > 0 && run->first + run->carved <= run->capacity);
   char *b = run_start(c, run) + (size_t)at * bs;
@@ -639,16 +639,19 @@ void small_cache_init(heap_t *h) {
 }
 
 /* Gives a detached list of cached blocks to their runs, as the owner's
- * frees would have (a run may retire, and its chunk go back). */
+ * frees would have (a run may retire, and its chunk go back); blocks of
+ * other heaps go to their runs' thread_free (small_free_foreign). */
 static void cache_release(heap_t *h, void **b) {
   while (b) {
     void **next = b[0];
     uintptr_t c = heap_frame_find(h, b);
     if ((uintptr_t)b - c >= CHUNK_SIZE) c = (uintptr_t)registry_lookup(b);   /* not in the frame table */
-    LOCUS_ASSERT(c && ((chunk_t *)c)->r.heap == h && ((chunk_t *)c)->r.kind == REGION_SMALL);
+    chunk_t *ch = (chunk_t *)c;
+    LOCUS_ASSERT(ch && ch->r.kind == REGION_SMALL);
     size_t off;
-    run_t *run = chunk_run_of((chunk_t *)c, b, &off);
-    small_free_run(h, (chunk_t *)c, run, b, block_tag(b));
+    run_t *run = chunk_run_of(ch, b, &off);
+    if (ch->r.heap == h) small_free_run(h, ch, run, b, block_tag(b));
+    else small_free_remote(ch->r.heap, run, b);
     b = next;
   }
 }
@@ -663,15 +666,30 @@ void small_cache_flush(heap_t *h) {
   }
 }
 
-/* The block and the list go to the runs, and the class's cache is off
- * until a malloc finds it empty (tcache_t). */
+/* A free found its class's list full: a run of frees (a structure torn
+ * down, or a thread that frees what others allocated). The block goes to
+ * its run, and the whole cache, every class, goes back and is off until
+ * each class's next malloc slow path (tcache_t): a class freed only a few
+ * times in the streak would otherwise keep its blocks, and their runs and
+ * chunks, for as long as the thread does not allocate again. */
+static void cache_off(heap_t *h) {
+  for (unsigned i = 0; i < NUM_CLASSES; i++) {
+    tcache_t *t = &h->cache[i];
+    void **b = t->head;
+    t->head = NULL;
+    t->room = 0;
+    cache_release(h, b);
+  }
+}
+
 NOINLINE void small_cache_overflow(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
-  tcache_t *t = &h->cache[run->cls];
-  void **b = t->head;
-  t->head = NULL;
-  t->room = 0;
   small_free_run(h, c, run, p, tag);
-  cache_release(h, b);
+  cache_off(h);
+}
+
+NOINLINE void small_cache_overflow_remote(heap_t *h, heap_t *owner, run_t *run, void *p) {
+  small_free_remote(owner, run, p);
+  cache_off(h);
 }
 
 /* fork() child: a thread that no longer exists may have been between the

@@ -1,12 +1,15 @@
 /* The thread cache and the colored runs (heap.h: tcache_t, run_t.first):
  * - a block the thread frees is its next malloc of the class, whichever run
  *   it lies in, and stays counted in its run (`used` unchanged);
- * - a run of frees longer than the bound sends everything to the runs and
- *   turns the class's cache off until a malloc of the class needs a new run;
+ * - a run of frees longer than the bound sends the whole cache to the runs
+ *   and turns it off until each class's next malloc slow path;
  * - locus_collect and the thread's exit give the cache back to the runs;
  * - a double free of a cached block is reported, not cached twice;
  * - runs start carving at different blocks; a block never carved in a run
  *   that wrapped round, and the run's tail slack, are rejected;
+ * - another thread's block (a main heap of the same node) freed here is
+ *   cached here and goes back to its owner's run when flushed; a placed
+ *   block is not; a double free of a cached foreign block is reported;
  * - a bound of 0 (LOCUS_THREAD_CACHE=0) turns the cache off. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -227,6 +230,73 @@ static void test_uncarved(void) {
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "free of a block carved after the wrap failed: %#x, %s", st, err);
 }
 
+/* Blocks another thread allocated: freed here, they go to this thread's
+ * cache (same node, a main heap) and are handed out here again, still
+ * counted in the owner's run; locus_collect sends them back to the owner's
+ * run through thread_free. A block of a placed sub-heap (locus_malloc_on_node)
+ * is never cached by another thread: it goes back to its placement. */
+static void *foreign[64];
+static void *placed;
+static void *alloc_foreign(void *arg) {
+  for (int i = 0; i < 64; i++) foreign[i] = malloc(160);
+  placed = locus_malloc_on_node(160, 0);
+  return arg;
+}
+static void test_foreign(void) {
+  heap_t *h = locus_tls_heap;
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, alloc_foreign, NULL) == 0, "pthread_create");
+  pthread_join(th, NULL);                  /* its heap becomes an orphan; its blocks stay valid */
+  unsigned cls = size_class(160);
+  tcache_t *t = &h->cache[cls];
+  chunk_t *c;
+  run_t *run = run_of(foreign[0], &c);
+  CHECK(c->r.heap != h && c->r.heap->place == PLACE_MAIN, "block of another main heap expected");
+  locus_collect();                         /* empty cache, and on */
+  void *q = malloc(160);                   /* the slow path turns every class on */
+  free(q);
+  locus_collect();
+  unsigned used = run->used;
+  uintptr_t tf = atomic_load(&run->thread_free);
+  free(foreign[0]);
+  CHECK(tcache_length(t) == 1, "another thread's block not cached here (%u)", tcache_length(t));
+  CHECK(run->used == used && atomic_load(&run->thread_free) == tf, "the owner's run changed at a cached free");
+  CHECK(locus_heap_check() == 0, "heap check with a foreign block cached");
+  void *again = malloc(150);
+  CHECK(again == foreign[0], "malloc handed out %p, not the foreign block freed last %p", again, foreign[0]);
+  free(again);
+  locus_collect();
+  CHECK(tcache_length(t) == 0, "locus_collect kept foreign blocks");
+  CHECK(run->state == RUN_FREE || (atomic_load(&run->thread_free) & TF_COUNT_MASK) || run->used < used,
+        "the flushed foreign block did not go back to its run");
+  if (placed) {
+    run_t *prun = run_of(placed, &c);
+    CHECK(c->r.heap->place == 0, "locus_malloc_on_node(0) block in a heap of place %d", c->r.heap->place);
+    unsigned n = tcache_length(&h->cache[prun->cls]);
+    free(placed);
+    CHECK(tcache_length(&h->cache[prun->cls]) == n, "a placed block was cached by another thread");
+  }
+  for (int i = 1; i < 64; i++) free(foreign[i]);
+  CHECK(locus_heap_check() == 0, "heap check");
+}
+
+static void double_free_foreign(void *arg) {
+  free(arg);                               /* into this thread's cache */
+  free(arg);
+}
+static void *alloc_one(void *arg) { return malloc(200); }
+static void test_double_free_foreign(void) {
+  pthread_t th;
+  void *p;
+  CHECK(pthread_create(&th, NULL, alloc_one, NULL) == 0, "pthread_create");
+  pthread_join(th, &p);
+  char err[512];
+  int st = in_child(double_free_foreign, p, err, sizeof err);
+  CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(err, "double free"),
+        "double free of a cached foreign block: status %#x, %s", st, err);
+  free(p);
+}
+
 /* LOCUS_THREAD_CACHE=0 (the option as read at start, set here on a heap
  * whose cache was flushed): every free goes to the runs. */
 static void cache_off(void *arg) {
@@ -252,6 +322,8 @@ int main(void) {
   test_double_free();
   test_colors();
   test_uncarved();
+  test_foreign();
+  test_double_free_foreign();
   char err[512];
   int st = in_child(cache_off, NULL, err, sizeof err);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "with the cache off: status %#x, %s", st, err);
