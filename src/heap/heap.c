@@ -76,7 +76,7 @@ static heap_t *heap_new_locked(void) {
 /* Caller holds heaps_lock: reports read tid and state under it. */
 static void heap_bind_thread(heap_t *h, int node) {
   h->tid = os_gettid();
-  h->node = node;
+  __atomic_store_n(&h->node, node, __ATOMIC_RELAXED);   /* read by other threads' frees (small_free_foreign) */
   heap_set_state(h, HEAP_LIVE);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
     if (h->placed[i]) h->placed[i]->tid = h->tid, heap_set_state(h->placed[i], HEAP_LIVE);

@@ -529,7 +529,9 @@ static ALWAYS_INLINE size_t run_index(const run_t *run, size_t off) {
  * of others reuses them at once, while they are in its caches, without a
  * CAS on the owner's run). */
 static ALWAYS_INLINE void small_free_foreign(heap_t *h, heap_t *owner, run_t *run, size_t idx, void *p) {
-  if (h && owner->place == PLACE_MAIN && owner->node == h->node) {
+  /* (an orphan's node is written again, to the same value, when a thread
+   * of that node adopts it) */
+  if (h && owner->place == PLACE_MAIN && __atomic_load_n(&owner->node, __ATOMIC_RELAXED) == h->node) {
     tcache_t *t = &h->cache[run->cls];
     if (t->room && run_carved_shared(run, idx)) {
       void **b = p;

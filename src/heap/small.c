@@ -79,7 +79,8 @@ static void run_extend(chunk_t *c, run_t *run) {
     n = CARVE_SIZE / bs;
     if (n == 0) n = 1;
     if (n > run->capacity - at) n = run->capacity - at;
-    run->carved = (uint16_t)(run->carved + n);
+    /* read by other threads' frees (run_carved_shared) */
+    __atomic_store_n(&run->carved, (uint16_t)(run->carved + n), __ATOMIC_RELAXED);
   } else {                             /* the blocks before `first`, the last ones */
     at = 0;
     n = run->first;

@@ -103,13 +103,14 @@ static void check_cache(heap_t *h) {
       if ((e & REG_KIND_MASK) != REGION_SMALL || (uintptr_t)b - (uintptr_t)c >= CHUNK_SIZE)
         FAIL("thread cache of class %u: block %p is not in a small chunk", cls, (void *)b);
       heap_t *owner = c->r.heap;
-      if (owner != h && (owner->place != PLACE_MAIN || owner->node != h->node))
+      if (owner != h && (owner->place != PLACE_MAIN || __atomic_load_n(&owner->node, __ATOMIC_RELAXED) != h->node))
         FAIL("thread cache of class %u: block %p of heap %p (place %d, node %d) in a heap of node %d", cls,
              (void *)b, (void *)owner, owner->place, owner->node, h->node);
       size_t off;
       run_t *run = chunk_run_of(c, b, &off);
+      /* another heap's run: only what its owner cannot change while a block is live (not its state) */
       bool carved = owner == h ? run_carved(run, off / run->bsize) : run_carved_shared(run, off / run->bsize);
-      if (run->state == RUN_FREE || run->cls != cls || off % run->bsize || !carved)
+      if ((owner == h && run->state == RUN_FREE) || run->cls != cls || off % run->bsize || !carved)
         FAIL("thread cache of class %u: %p is not a carved block of a run of the class", cls, (void *)b);
       if ((uintptr_t)b[1] != block_tag(b))
         FAIL("thread cache of class %u: block %p lost its freed tag (written after free?)", cls, (void *)b);
