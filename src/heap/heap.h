@@ -96,20 +96,23 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
  * handed out whichever run it lies in, so a thread reuses blocks still in
  * its caches; the runs alone reuse a block only once its run is current
  * again (free-list sharding keeps a run's frees together, not the thread's).
- * Invariants: only the owner thread reads or writes a heap's thread cache
- * (remote frees, idle-owner reclaim and collectors of orphans never touch
- * it); on, length + room == bound; off, the list is empty and room 0; every block on it is a
- * carved block of a small run of this heap and class, tagged freed like a
- * block on a run's list, and still counted in its run's `used` (the run
- * sees it as handed out). A thread's exit, locus_collect and locus_release
- * give the blocks back to their runs (small_cache_flush).
+ * Invariants: only the heap's thread reads or writes its thread cache
+ * (other threads' frees, idle-owner reclaim and collectors of orphans never
+ * touch it); on, length + room == bound; off, the list is empty and room 0;
+ * every block on it is a carved block of a small run of the list's class,
+ * of this heap or of another main heap of the same node (small_free_foreign),
+ * tagged freed like a block on a run's list, and still counted in its run's
+ * `used` (the run sees it as handed out). A thread's exit, locus_collect
+ * and locus_release give the blocks back to their runs (small_cache_flush):
+ * its own through the owner's free path, others' through thread_free.
  *
- * A free that finds the list full gives the whole list back and turns the
- * class's cache off (room = 0) until a malloc of the class takes the slow
- * path (its run is used up): a long run of frees (a data structure torn down)
- * then goes to the runs, which empty and go back as they would without a
- * cache, instead of leaving a cache of blocks that keeps their runs, and
- * the chunks of those runs, from ever going back. */
+ * A free that finds its class's list full gives the whole cache (every
+ * class) back and turns it off (room = 0), each class until its next malloc
+ * slow path (its run is used up): a long run of frees (a data structure torn
+ * down, or a thread freeing what others allocated) then goes to the runs,
+ * which empty and go back as they would without a cache, instead of leaving
+ * cached blocks that keep their runs, and the chunks of those runs, from
+ * ever going back. */
 typedef struct {
   void *head;
   uint32_t room;               /* on: bound - length; off (after an overflow): 0, and the list empty */
