@@ -428,18 +428,22 @@ static ALWAYS_INLINE void small_free_run(heap_t *h, chunk_t *c, run_t *run, void
 }
 /* A full list: the list and the block to the runs, the cache off (tcache_t). */
 void small_cache_overflow(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag);
-/* The same for another heap's block p (it goes to its run's thread_free). */
-void small_cache_overflow_remote(heap_t *h, heap_t *owner, run_t *run, void *p);
+/* Gives every class's list back to the runs and turns the cache off (tcache_t). */
+void small_cache_off(heap_t *h);
+/* Pushes a checked block onto a list with room. */
+static ALWAYS_INLINE void tcache_push(tcache_t *t, void *p, uintptr_t tag) {
+  void **b = p;
+  b[1] = (void *)tag;
+  b[0] = t->head;
+  t->head = b;
+  t->room--;
+}
 /* The owner's free of a checked block: onto the thread cache (the run is
  * not touched: the block stays counted in `used`). */
 static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
   tcache_t *t = &h->cache[run->cls];
   if (likely(t->room)) {
-    void **b = p;
-    b[1] = (void *)tag;
-    b[0] = t->head;
-    t->head = b;
-    t->room--;
+    tcache_push(t, p, tag);
     return;
   }
   if (!t->head) {                      /* off, or LOCUS_THREAD_CACHE=0 */
@@ -537,15 +541,12 @@ static ALWAYS_INLINE void small_free_foreign(heap_t *h, heap_t *owner, run_t *ru
   if (h && owner->place == PLACE_MAIN && __atomic_load_n(&owner->node, __ATOMIC_RELAXED) == h->node) {
     tcache_t *t = &h->cache[run->cls];
     if (t->room && run_carved_shared(run, idx)) {
-      void **b = p;
-      b[1] = (void *)block_tag(b);
-      b[0] = t->head;
-      t->head = b;
-      t->room--;
+      tcache_push(t, p, block_tag(p));
       return;
     }
     if (t->head) {                     /* full: the same rule as the owner's (tcache_t) */
-      small_cache_overflow_remote(h, owner, run, p);
+      small_free_remote(owner, run, p);
+      small_cache_off(h);
       return;
     }
   }

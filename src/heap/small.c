@@ -673,7 +673,7 @@ void small_cache_flush(heap_t *h) {
  * each class's next malloc slow path (tcache_t): a class freed only a few
  * times in the streak would otherwise keep its blocks, and their runs and
  * chunks, for as long as the thread does not allocate again. */
-static void cache_off(heap_t *h) {
+NOINLINE void small_cache_off(heap_t *h) {
   for (unsigned i = 0; i < NUM_CLASSES; i++) {
     tcache_t *t = &h->cache[i];
     void **b = t->head;
@@ -685,12 +685,7 @@ static void cache_off(heap_t *h) {
 
 NOINLINE void small_cache_overflow(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
   small_free_run(h, c, run, p, tag);
-  cache_off(h);
-}
-
-NOINLINE void small_cache_overflow_remote(heap_t *h, heap_t *owner, run_t *run, void *p) {
-  small_free_remote(owner, run, p);
-  cache_off(h);
+  small_cache_off(h);
 }
 
 /* fork() child: a thread that no longer exists may have been between the
