@@ -528,7 +528,7 @@ static ALWAYS_INLINE size_t run_index(const run_t *run, size_t off) {
   return idx * run->bsize == off ? idx : SIZE_MAX;
 }
 
-/* Another thread's free of a checked block (idx: its index in the run):
+/* Another thread's free of a checked block (run_carved_shared included):
  * onto the freeing thread's own cache when its heap h may reuse the block
  * (the owner is a main heap of the same node: placed blocks go back to their
  * placement, and memory freed on a node is reused on that node only) and
@@ -538,13 +538,13 @@ static ALWAYS_INLINE size_t run_index(const run_t *run, size_t off) {
  * (tcmalloc's thread caches take any block too: a thread that frees blocks
  * of others reuses them at once, while they are in its caches, without a
  * CAS on the owner's run). */
-static ALWAYS_INLINE void small_free_foreign(heap_t *h, heap_t *owner, run_t *run, size_t idx, void *p) {
+static ALWAYS_INLINE void small_free_foreign(heap_t *h, heap_t *owner, run_t *run, void *p, uintptr_t tag) {
   /* (an orphan's node is written again, to the same value, when a thread
    * of that node adopts it) */
   if (h && owner->place == PLACE_MAIN && __atomic_load_n(&owner->node, __ATOMIC_RELAXED) == h->node) {
     tcache_t *t = &h->cache[run->cls];
-    if (t->room && run_carved_shared(run, idx)) {
-      tcache_push(t, p, block_tag(p));
+    if (t->room) {
+      tcache_push(t, p, tag);
       return;
     }
     if (t->head) {                     /* full: the same rule as the owner's (tcache_t) */
