@@ -168,29 +168,23 @@ static NOINLINE void free_other(void *p, region_t *r, const char *fn) {
 
 /* Frees not found in the calling thread's frame table: through the
  * registry. Mostly another thread's small block (half the frees of a
- * two-thread exchange): checked as the owner's free checks its blocks (a
- * block start, carved, not tagged freed), with the loads of
- * run_carved_shared, then cached here or pushed to its run. */
+ * two-thread exchange): a block start below the run's capacity, not tagged
+ * freed; whether it was carved is checked by the owner, or with the loads of
+ * run_carved_shared before another thread caches it (small_free_foreign). */
 static NOINLINE void free_slow(heap_t *h, void *p, const char *fn) {
   uintptr_t t = registry_find(p);      /* 0 for NULL: no region covers page 0 */
   chunk_t *c = (chunk_t *)(t - REGION_SMALL);
   /* Small chunks have a fixed size: no header read to know the kind or bounds. */
   if (likely((t & REG_KIND_MASK) == REGION_SMALL && (uintptr_t)p - (uintptr_t)c < CHUNK_SIZE)) {
-    size_t o = (uintptr_t)p - (uintptr_t)c;
-    run_t *run = &c->runs[o >> RUN_SHIFT];
-    size_t off = o & (RUN_SIZE - 1);
-    size_t idx = (off * run->recip) >> 32;
-    /* (the capacity check: run_carved_shared may read a superset that holds the tail slack) */
-    if (unlikely(idx * run->bsize != off || idx >= run->capacity || !run_carved_shared(run, idx)))
-      bad_small(p, fn, true);
-    uintptr_t tag = block_tag(p);
-    if (unlikely(((const uintptr_t *)p)[1] == tag)) bad_small(p, fn, false);
+    size_t idx;
+    run_t *run = small_check(c, p, fn, &idx);
     heap_t *owner = c->r.heap;
     if (owner->main == h) {            /* this thread's heap or a placed sub-heap of it (h != NULL) */
-      small_free_local(owner, c, run, p, tag);
+      if (unlikely(!run_carved(run, idx))) bad_small(p, fn, true);
+      small_free_local(owner, c, run, p, block_tag(p));
       return;
     }
-    small_free_foreign(h, owner, run, p, tag);
+    small_free_foreign(h, owner, run, idx, p);
     return;
   }
   if (unlikely(!p)) return;
