@@ -317,11 +317,10 @@ static void heap_forget_hot(heap_t *h) {
 static void heap_abandon(void *arg) {
   heap_t *h = arg;
   if (!h || locus_tls_heap != h) return;
-  /* The thread cache goes back to the runs while the thread still owns the
-   * heap: nobody else may touch it, and an orphan keeps none. */
-  small_cache_flush(h);
-  for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) small_cache_flush(h->placed[i]);
+  /* The thread cache stays with the heap: the thread that adopts it next
+   * (thread churn: a pool that is torn down and made again) starts with the
+   * blocks this one freed last, and the exit costs no walk of the lists.
+   * A collector of orphans gives it back (orphan_collect). */
   locus_tls_heap = NULL;
   lock_acquire(&heaps_lock);
   heap_set_state(h, HEAP_ORPHAN);
@@ -347,6 +346,15 @@ static bool heap_has_remote(heap_t *h) {
          atomic_load_explicit(&h->remote, memory_order_relaxed);
 }
 
+/* One orphan (heaps_lock held: the caller is its only user, as its thread
+ * was): the thread cache its thread left goes back to the runs, then what
+ * others freed into it is taken back, when there is any or on request. */
+static void orphan_collect(heap_t *h, bool wait) {
+  bool cached = !small_cache_empty(h);
+  if (cached) small_cache_flush(h);
+  if (wait || cached || heap_has_remote(h)) heap_collect(h);
+}
+
 /* Takes back what other threads freed into orphaned heaps (exited threads):
  * their empty runs and chunks go back to the sources. Holding heaps_lock
  * makes the caller the orphans' only user (adoption takes them under it). */
@@ -357,9 +365,9 @@ void heaps_collect_orphans(bool wait) {
   /* On request (wait: locus_release/locus_collect) every orphan is walked:
    * runs emptied by remote frees leave no trace on the stacks. */
   for (heap_t *h = orphans; h; h = h->next_orphan) {
-    if (wait || heap_has_remote(h)) heap_collect(h);
+    orphan_collect(h, wait);
     for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-      if (h->placed[i] && (wait || heap_has_remote(h->placed[i]))) heap_collect(h->placed[i]);
+      if (h->placed[i]) orphan_collect(h->placed[i], wait);
   }
   lock_release(&heaps_lock);
 }

@@ -460,6 +460,9 @@ static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, vo
 void small_cache_init(heap_t *h);
 /* The owner gives its thread cache back to the runs (h->lock not held). */
 void small_cache_flush(heap_t *h);
+/* Whether no class of h's thread cache holds a block (the owner, or a
+ * collector of an orphan). */
+bool small_cache_empty(const heap_t *h);
 /* Another thread's free: one CAS on the run's thread_free, none on the heap,
  * except the first free into a full run, which tells the owner (small_notify). */
 static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) {

@@ -657,6 +657,12 @@ static void cache_release(heap_t *h, void **b) {
   }
 }
 
+bool small_cache_empty(const heap_t *h) {
+  for (unsigned i = 0; i < NUM_CLASSES; i++)
+    if (h->cache[i].head) return false;
+  return true;
+}
+
 void small_cache_flush(heap_t *h) {
   for (unsigned i = 0; i < NUM_CLASSES; i++) {
     tcache_t *t = &h->cache[i];

@@ -3,7 +3,8 @@
  *   it lies in, and stays counted in its run (`used` unchanged);
  * - a run of frees longer than the bound sends the whole cache to the runs
  *   and turns it off until each class's next malloc slow path;
- * - locus_collect and the thread's exit give the cache back to the runs;
+ * - locus_collect gives the cache back to the runs; an exited thread's
+ *   cache stays with its heap for the thread that adopts it;
  * - a double free of a cached block is reported, not cached twice;
  * - runs start carving at different blocks; a block never carved in a run
  *   that wrapped round, and the run's tail slack, are rejected;
@@ -105,8 +106,10 @@ static void test_collect(void) {
   for (int i = N - 2; i >= 0; i -= 2) free(p[i]);
 }
 
-/* A thread that frees into its cache and exits leaves its heap with none. */
+/* A thread that frees into its cache and exits leaves the cache with its
+ * heap, for the thread that adopts it; a collector of orphans gives it back. */
 static heap_t *exited;
+static void *last_cached;
 static void *churn(void *arg) {
   enum { N = 2000 };
   void *p[N];
@@ -115,15 +118,35 @@ static void *churn(void *arg) {
   exited = locus_tls_heap;
   CHECK(tcache_length(&exited->cache[size_class(256)]) > 0, "nothing cached before the exit");
   for (int i = 1; i < N; i += 5) free(p[i]);
+  last_cached = p[1996];
   return p[2] ? NULL : arg;              /* the rest leaks to the exit: still valid blocks */
+}
+static void *adopter(void *arg) {
+  void *p = malloc(256);
+  bool same = locus_tls_heap == exited;
+  if (same) CHECK(p == last_cached, "the adopting thread got %p, not the block its heap cached last (%p)", p, last_cached);
+  free(p);
+  return same ? arg : NULL;
 }
 static void test_thread_exit(void) {
   pthread_t t;
+  unsigned cls = size_class(256);
   CHECK(pthread_create(&t, NULL, churn, NULL) == 0, "pthread_create");
   pthread_join(t, NULL);
+  CHECK(tcache_length(&exited->cache[cls]) == 800, "the orphan caches %u blocks of 256 B, not 800",
+        tcache_length(&exited->cache[cls]));
+  CHECK(locus_heap_check() == 0, "heap check with an orphan's cache");
+  /* a new thread of the node adopts an orphan: if it is this one, its cache serves first */
+  void *adopted = (void *)1;
+  CHECK(pthread_create(&t, NULL, adopter, adopted) == 0, "pthread_create");
+  void *ret;
+  pthread_join(t, &ret);
+  if (ret != adopted) printf("  (the new thread adopted another orphan)\n");
+  locus_collect();
   for (unsigned c = 0; c < NUM_CLASSES; c++)
-    CHECK(tcache_length(&exited->cache[c]) == 0 && !exited->cache[c].head, "exited thread's heap caches %u blocks of class %u",
-          tcache_length(&exited->cache[c]), c);
+    CHECK(tcache_length(&exited->cache[c]) == 0 && !exited->cache[c].head,
+          "after locus_collect an orphan caches %u blocks of class %u", tcache_length(&exited->cache[c]), c);
+  CHECK(locus_heap_check() == 0, "heap check");
 }
 
 /* Runs a function in a child; returns its exit status or signal, and its stderr. */
