@@ -317,10 +317,12 @@ static void heap_forget_hot(heap_t *h) {
 static void heap_abandon(void *arg) {
   heap_t *h = arg;
   if (!h || locus_tls_heap != h) return;
-  /* The thread cache stays with the heap: the thread that adopts it next
-   * (thread churn: a pool that is torn down and made again) starts with the
-   * blocks this one freed last, and the exit costs no walk of the lists.
-   * A collector of orphans gives it back (orphan_collect). */
+  /* The thread cache stays with the heap, without other heaps' blocks
+   * (tcache_t): the thread that adopts it next (thread churn: a pool that
+   * is torn down and made again) starts with the blocks this one freed
+   * last. A collector of orphans gives it back (orphan_collect). Placed
+   * sub-heaps cache only their own blocks. */
+  small_cache_exit(h);
   locus_tls_heap = NULL;
   lock_acquire(&heaps_lock);
   heap_set_state(h, HEAP_ORPHAN);

@@ -97,18 +97,23 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
  * its caches; the runs alone reuse a block only once its run is current
  * again (free-list sharding keeps a run's frees together, not the thread's).
  * Invariants: only the heap's thread reads or writes its thread cache
- * (other threads' frees, idle-owner reclaim and collectors of orphans never
- * touch it); on, length + room == bound; off, the list is empty and room 0;
- * every block on it is a carved block of a small run of the list's class,
- * of this heap or of another main heap of the same node (small_free_foreign),
- * tagged freed like a block on a run's list, and still counted in its run's
- * `used` (the run sees it as handed out). A thread's exit, locus_collect
- * and locus_release give the blocks back to their runs (small_cache_flush):
- * its own through the owner's free path, others' through thread_free.
- * (Leaving an exited thread's cache to its orphaned heap, for the thread
- * that adopts it, made bench_ab_churn 1.12x faster but bench_ab_larson,
- * whose threads start their successor before they exit, 0.85x: paired
- * interleaved runs, 9 rounds; not kept.)
+ * (other threads' frees and idle-owner reclaim never touch it); an
+ * orphan's cache is touched only under heaps_lock (by a collector of
+ * orphans, which flushes it, or by the thread adopting the heap); on,
+ * length + room == bound; off, the list is empty and room 0; every block on
+ * it is a carved block of a small run of the list's class, of this heap or
+ * of another main heap of the same node (small_free_foreign), tagged freed
+ * like a block on a run's list, and still counted in its run's `used` (the
+ * run sees it as handed out); an orphan's cache holds only its own blocks.
+ * locus_collect, locus_release and collectors of orphans give the blocks
+ * back to their runs (small_cache_flush): its own through the owner's free
+ * path, others' through thread_free.
+ *
+ * A thread's exit keeps its own blocks cached, for the thread that adopts
+ * the heap (thread churn: no walk at exit, and a warm start), and sends the
+ * others' back to their owners (small_cache_exit): kept too, those made
+ * bench_ab_larson, whose threads start their successor before they exit,
+ * 0.76-0.85x as fast.
  *
  * A free that finds its class's list full gives the whole cache (every
  * class) back and turns it off (room = 0), each class until its next malloc
@@ -137,6 +142,7 @@ typedef struct heap_s {
    * never allocate again. */
   unsigned pop;
   uint16_t color;              /* the next run's color (run_new) */
+  bool cache_foreign;          /* the thread cache may hold other heaps' blocks */
   tcache_t cache[NUM_CLASSES]; /* the thread cache, see tcache_t */
   run_t *partial[NUM_CLASSES]; /* other non-full runs of the class, oldest first */
   run_t *partial_tail[NUM_CLASSES];
@@ -463,6 +469,8 @@ void small_cache_flush(heap_t *h);
 /* Whether no class of h's thread cache holds a block (the owner, or a
  * collector of an orphan). */
 bool small_cache_empty(const heap_t *h);
+/* The owner's exit: other heaps' blocks leave the cache, its own stay. */
+void small_cache_exit(heap_t *h);
 /* Another thread's free: one CAS on the run's thread_free, none on the heap,
  * except the first free into a full run, which tells the owner (small_notify). */
 static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) {
@@ -541,14 +549,21 @@ static ALWAYS_INLINE size_t run_index(const run_t *run, size_t off) {
  * to the owner through thread_free when h frees it again or flushes it
  * (tcmalloc's thread caches take any block too: a thread that frees blocks
  * of others reuses them at once, while they are in its caches, without a
- * CAS on the owner's run). */
+ * CAS on the owner's run). Only blocks of a live thread's heap: a block
+ * cached here and handed out again stays the owner's, so every later free
+ * of it takes this slower path; blocks of an exited thread (a server that
+ * hands work to a new thread: bench_ab_larson) would stay foreign for good,
+ * where sent home they are reused by the heap's next thread. A stale read
+ * of the state only costs that. */
 static ALWAYS_INLINE void small_free_foreign(heap_t *h, heap_t *owner, run_t *run, size_t idx, void *p) {
   /* (an orphan's node is written again, to the same value, when a thread
    * of that node adopts it) */
-  if (h && owner->place == PLACE_MAIN && __atomic_load_n(&owner->node, __ATOMIC_RELAXED) == h->node) {
+  if (h && owner->place == PLACE_MAIN && __atomic_load_n(&owner->node, __ATOMIC_RELAXED) == h->node &&
+      heap_state(owner) == HEAP_LIVE) {
     tcache_t *t = &h->cache[run->cls];
     if (t->room && run_carved_shared(run, idx)) {
       tcache_push(t, p, block_tag(p));
+      h->cache_foreign = true;
       return;
     }
     if (t->head) {                     /* full: the same rule as the owner's (tcache_t) */

@@ -657,6 +657,34 @@ static void cache_release(heap_t *h, void **b) {
   }
 }
 
+/* Walks each list once; the blocks kept stay in their order (most recently
+ * freed first). The flag makes this free when no foreign block was cached
+ * since the last flush (a thread that only frees what it allocated). */
+void small_cache_exit(heap_t *h) {
+  if (!h->cache_foreign) return;
+  for (unsigned i = 0; i < NUM_CLASSES; i++) {
+    tcache_t *t = &h->cache[i];
+    void **link = (void **)&t->head, **b;
+    uint32_t gone = 0;
+    while ((b = *link)) {
+      uintptr_t c = heap_frame_find(h, b);
+      if ((uintptr_t)b - c >= CHUNK_SIZE) c = (uintptr_t)registry_lookup(b);   /* not in the frame table */
+      chunk_t *ch = (chunk_t *)c;
+      LOCUS_ASSERT(ch && ch->r.kind == REGION_SMALL);
+      if (ch->r.heap == h) {
+        link = b;                      /* word 0: the next block */
+        continue;
+      }
+      *link = b[0];
+      size_t off;
+      small_free_remote(ch->r.heap, chunk_run_of(ch, b, &off), b);
+      gone++;
+    }
+    t->room += gone;                   /* an emptied list is on and empty: room == bound */
+  }
+  h->cache_foreign = false;
+}
+
 bool small_cache_empty(const heap_t *h) {
   for (unsigned i = 0; i < NUM_CLASSES; i++)
     if (h->cache[i].head) return false;
@@ -664,6 +692,7 @@ bool small_cache_empty(const heap_t *h) {
 }
 
 void small_cache_flush(heap_t *h) {
+  h->cache_foreign = false;
   for (unsigned i = 0; i < NUM_CLASSES; i++) {
     tcache_t *t = &h->cache[i];
     void **b = t->head;
@@ -680,6 +709,7 @@ void small_cache_flush(heap_t *h) {
  * times in the streak would otherwise keep its blocks, and their runs and
  * chunks, for as long as the thread does not allocate again. */
 NOINLINE void small_cache_off(heap_t *h) {
+  h->cache_foreign = false;
   for (unsigned i = 0; i < NUM_CLASSES; i++) {
     tcache_t *t = &h->cache[i];
     void **b = t->head;

@@ -86,8 +86,9 @@ static void check_small(heap_t *h) {
 }
 
 /* The thread cache (heap.h, tcache_t): each list as long as its count and
- * within its bound; every block a carved block of a live small run of this
- * heap and of the list's class, tagged freed. */
+ * within its bound; every block a carved block of a live small run of the
+ * list's class, tagged freed, of this heap or (a live heap flagged
+ * cache_foreign) of a main heap of its node. */
 static void check_cache(heap_t *h) {
   for (unsigned cls = 0; cls < NUM_CLASSES; cls++) {
     tcache_t *t = &h->cache[cls];
@@ -103,6 +104,9 @@ static void check_cache(heap_t *h) {
       if ((e & REG_KIND_MASK) != REGION_SMALL || (uintptr_t)b - (uintptr_t)c >= CHUNK_SIZE)
         FAIL("thread cache of class %u: block %p is not in a small chunk", cls, (void *)b);
       heap_t *owner = c->r.heap;
+      if (owner != h && (heap_state(h) != HEAP_LIVE || !h->cache_foreign))
+        FAIL("thread cache of class %u: block %p of heap %p in the cache of heap %p (%s)", cls, (void *)b,
+             (void *)owner, (void *)h, heap_state(h) != HEAP_LIVE ? "an orphan keeps only its own" : "not flagged foreign");
       if (owner != h && (owner->place != PLACE_MAIN || __atomic_load_n(&owner->node, __ATOMIC_RELAXED) != h->node))
         FAIL("thread cache of class %u: block %p of heap %p (place %d, node %d) in a heap of node %d", cls,
              (void *)b, (void *)owner, owner->place, owner->node, h->node);

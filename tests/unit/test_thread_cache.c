@@ -149,6 +149,62 @@ static void test_thread_exit(void) {
   CHECK(locus_heap_check() == 0, "heap check");
 }
 
+/* A thread that cached other heaps' blocks leaves only its own to its
+ * orphan: the others go back to their owners' runs at its exit. */
+enum { OWN = 50, THEIRS = 100 };
+static void *theirs[THEIRS];
+static uint32_t before_exit;
+static void *free_mixed(void *arg) {
+  unsigned cls = size_class(256);
+  heap_t *h = locus_tls_heap ? locus_tls_heap : (free(malloc(16)), locus_tls_heap);
+  void *own[OWN];
+  for (int i = 0; i < OWN; i++) own[i] = malloc(256);
+  uint32_t start = tcache_length(&h->cache[cls]);   /* an adopted heap may come with some */
+  for (int i = 0; i < OWN; i++) free(own[i]);
+  for (int i = 0; i < THEIRS; i++) free(theirs[i]);  /* the main thread's blocks: cached here */
+  CHECK(h->cache_foreign, "foreign blocks cached without the flag");
+  before_exit = tcache_length(&h->cache[cls]);
+  CHECK(before_exit == start + OWN + THEIRS, "%u blocks cached, expected %u", before_exit, start + OWN + THEIRS);
+  exited = h;
+  return arg;
+}
+static void test_thread_exit_foreign(void) {
+  heap_t *self = locus_tls_heap;
+  unsigned cls = size_class(256);
+  for (int i = 0; i < THEIRS; i++) CHECK((theirs[i] = malloc(256)) != NULL, "malloc");
+  chunk_t *c;
+  run_t *run = run_of(theirs[0], &c);
+  CHECK(c->r.heap == self, "the main thread's block is not its own");
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, free_mixed, NULL) == 0, "pthread_create");
+  pthread_join(t, NULL);
+  uint32_t kept = tcache_length(&exited->cache[cls]);
+  CHECK(kept == before_exit - THEIRS, "the orphan keeps %u blocks, expected %u", kept, before_exit - THEIRS);
+  CHECK(!exited->cache_foreign, "the orphan is still flagged foreign");
+  for (void **b = exited->cache[cls].head; b; b = b[0]) {
+    chunk_t *bc;
+    run_of(b, &bc);
+    CHECK(bc->r.heap == exited, "block %p of heap %p left in the orphan's cache", (void *)b, (void *)bc->r.heap);
+  }
+  /* the main thread's blocks went back to its runs through thread_free */
+  run_t *runs[THEIRS];
+  size_t nruns = 0, pending = 0;
+  for (int i = 0; i < THEIRS; i++) {
+    run_t *r = run_of(theirs[i], NULL);
+    size_t k = 0;
+    while (k < nruns && runs[k] != r) k++;
+    if (k == nruns) runs[nruns++] = r;
+  }
+  for (size_t k = 0; k < nruns; k++)
+    pending += (atomic_load(&runs[k]->thread_free) & TF_COUNT_MASK) >> TF_COUNT_SHIFT;
+  CHECK(pending >= THEIRS, "%zu blocks on the main thread's thread_free lists, expected %d", pending, THEIRS);
+  CHECK(run->used > 0 && locus_heap_check() == 0, "heap check");
+  locus_collect();
+  CHECK(tcache_length(&exited->cache[cls]) == 0, "locus_collect left %u blocks in the orphan's cache",
+        tcache_length(&exited->cache[cls]));
+  CHECK(locus_heap_check() == 0, "heap check after collect");
+}
+
 /* Runs a function in a child; returns its exit status or signal, and its stderr. */
 static int in_child(void (*fn)(void *), void *arg, char *err, size_t len) {
   int fds[2];
@@ -260,16 +316,22 @@ static void test_uncarved(void) {
  * is never cached by another thread: it goes back to its placement. */
 static void *foreign[64];
 static void *placed;
+/* A thread that allocates, then stays alive (its heap is live: its blocks
+ * may be cached by others) until the main thread lets it go. */
+static pthread_barrier_t hold;
 static void *alloc_foreign(void *arg) {
   for (int i = 0; i < 64; i++) foreign[i] = malloc(160);
   placed = locus_malloc_on_node(160, 0);
+  pthread_barrier_wait(&hold);             /* allocated */
+  pthread_barrier_wait(&hold);             /* released */
   return arg;
 }
 static void test_foreign(void) {
   heap_t *h = locus_tls_heap;
   pthread_t th;
+  CHECK(pthread_barrier_init(&hold, NULL, 2) == 0, "pthread_barrier_init");
   CHECK(pthread_create(&th, NULL, alloc_foreign, NULL) == 0, "pthread_create");
-  pthread_join(th, NULL);                  /* its heap becomes an orphan; its blocks stay valid */
+  pthread_barrier_wait(&hold);
   unsigned cls = size_class(160);
   tcache_t *t = &h->cache[cls];
   chunk_t *c;
@@ -299,25 +361,47 @@ static void test_foreign(void) {
     free(placed);
     CHECK(tcache_length(&h->cache[prun->cls]) == n, "a placed block was cached by another thread");
   }
-  for (int i = 1; i < 64; i++) free(foreign[i]);
+  /* once the owner has exited, its blocks go home (small_free_foreign) */
+  pthread_barrier_wait(&hold);
+  pthread_join(th, NULL);
+  run_of(foreign[1], &c);
+  CHECK(heap_state(c->r.heap) == HEAP_ORPHAN, "the owner's heap is not an orphan");
+  uint32_t n = tcache_length(t);
+  tf = atomic_load(&run_of(foreign[1], NULL)->thread_free);
+  free(foreign[1]);
+  CHECK(tcache_length(t) == n, "a block of an exited thread was cached (%u blocks, %u before)", tcache_length(t), n);
+  CHECK(((atomic_load(&run_of(foreign[1], NULL)->thread_free) ^ tf) & TF_COUNT_MASK) ||
+        run_of(foreign[1], NULL)->state == RUN_FREE, "the exited thread's block did not go to its run");
+  for (int i = 2; i < 64; i++) free(foreign[i]);
   CHECK(locus_heap_check() == 0, "heap check");
+  pthread_barrier_destroy(&hold);
 }
 
-static void double_free_foreign(void *arg) {
-  free(arg);                               /* into this thread's cache */
-  free(arg);
+static void *alloc_one(void *arg) {
+  *(void **)arg = malloc(200);
+  pthread_barrier_wait(&hold);             /* allocated */
+  pthread_barrier_wait(&hold);             /* released (never, in the child below) */
+  return NULL;
 }
-static void *alloc_one(void *arg) { return malloc(200); }
-static void test_double_free_foreign(void) {
+/* In a child (a fork's other threads are gone, their heaps dead): a thread
+ * of the child allocates and stays alive, so its block is cached here. */
+static void double_free_foreign(void *arg) {
   pthread_t th;
-  void *p;
-  CHECK(pthread_create(&th, NULL, alloc_one, NULL) == 0, "pthread_create");
-  pthread_join(th, &p);
+  void *p = NULL;
+  if (pthread_barrier_init(&hold, NULL, 2) || pthread_create(&th, NULL, alloc_one, &p)) _exit(5);
+  pthread_barrier_wait(&hold);
+  heap_t *h = locus_tls_heap;
+  unsigned n = tcache_length(&h->cache[size_class(200)]);
+  free(p);                                 /* into this thread's cache: its owner is alive */
+  if (tcache_length(&h->cache[size_class(200)]) != n + 1) _exit(6);
+  free(p);
+  _exit(0);
+}
+static void test_double_free_foreign(void) {
   char err[512];
-  int st = in_child(double_free_foreign, p, err, sizeof err);
+  int st = in_child(double_free_foreign, NULL, err, sizeof err);
   CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(err, "double free"),
         "double free of a cached foreign block: status %#x, %s", st, err);
-  free(p);
 }
 
 /* LOCUS_THREAD_CACHE=0 (the option as read at start, set here on a heap
@@ -342,6 +426,7 @@ int main(void) {
   test_overflow();
   test_collect();
   test_thread_exit();
+  test_thread_exit_foreign();
   test_double_free();
   test_colors();
   test_uncarved();
