@@ -3,14 +3,16 @@
  *   it lies in, and stays counted in its run (`used` unchanged);
  * - a run of frees longer than the bound sends the whole cache to the runs
  *   and turns it off until each class's next malloc slow path;
- * - locus_collect gives the cache back to the runs; an exited thread's
- *   cache stays with its heap for the thread that adopts it;
+ * - locus_collect gives the cache back to the runs; an exited thread's own
+ *   blocks stay cached with its heap for the thread that adopts it, other
+ *   heaps' blocks go home at its exit;
  * - a double free of a cached block is reported, not cached twice;
  * - runs start carving at different blocks; a block never carved in a run
  *   that wrapped round, and the run's tail slack, are rejected;
- * - another thread's block (a main heap of the same node) freed here is
- *   cached here and goes back to its owner's run when flushed; a placed
- *   block is not; a double free of a cached foreign block is reported;
+ * - another thread's block (a main heap of the same node, its thread alive)
+ *   freed here is cached here and goes back to its owner's run when
+ *   flushed; a placed block, or one of an exited thread, is not; a double
+ *   free of a cached foreign block is reported;
  * - a bound of 0 (LOCUS_THREAD_CACHE=0) turns the cache off. */
 #define _GNU_SOURCE
 #include <pthread.h>
