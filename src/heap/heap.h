@@ -464,7 +464,8 @@ static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, vo
 }
 /* Sets the bounds of a new heap's thread cache from LOCUS_THREAD_CACHE. */
 void small_cache_init(heap_t *h);
-/* The owner gives its thread cache back to the runs (h->lock not held). */
+/* The owner, or a collector of an orphan, gives the thread cache back to
+ * the runs (h->lock not held). */
 void small_cache_flush(heap_t *h);
 /* Whether no class of h's thread cache holds a block (the owner, or a
  * collector of an orphan). */
