@@ -642,13 +642,17 @@ void small_cache_init(heap_t *h) {
 /* Gives a detached list of cached blocks to their runs, as the owner's
  * frees would have (a run may retire, and its chunk go back); blocks of
  * other heaps go to their runs' thread_free (small_free_foreign). */
+static chunk_t *cached_chunk(heap_t *h, void **b) {
+  uintptr_t c = heap_frame_find(h, b);
+  if ((uintptr_t)b - c >= CHUNK_SIZE) c = (uintptr_t)registry_lookup(b);   /* not in the frame table */
+  LOCUS_ASSERT(c && ((chunk_t *)c)->r.kind == REGION_SMALL);
+  return (chunk_t *)c;
+}
+
 static void cache_release(heap_t *h, void **b) {
   while (b) {
     void **next = b[0];
-    uintptr_t c = heap_frame_find(h, b);
-    if ((uintptr_t)b - c >= CHUNK_SIZE) c = (uintptr_t)registry_lookup(b);   /* not in the frame table */
-    chunk_t *ch = (chunk_t *)c;
-    LOCUS_ASSERT(ch && ch->r.kind == REGION_SMALL);
+    chunk_t *ch = cached_chunk(h, b);
     size_t off;
     run_t *run = chunk_run_of(ch, b, &off);
     if (ch->r.heap == h) small_free_run(h, ch, run, b, block_tag(b));
@@ -667,10 +671,7 @@ void small_cache_exit(heap_t *h) {
     void **link = (void **)&t->head, **b;
     uint32_t gone = 0;
     while ((b = *link)) {
-      uintptr_t c = heap_frame_find(h, b);
-      if ((uintptr_t)b - c >= CHUNK_SIZE) c = (uintptr_t)registry_lookup(b);   /* not in the frame table */
-      chunk_t *ch = (chunk_t *)c;
-      LOCUS_ASSERT(ch && ch->r.kind == REGION_SMALL);
+      chunk_t *ch = cached_chunk(h, b);
       if (ch->r.heap == h) {
         link = b;                      /* word 0: the next block */
         continue;
@@ -691,16 +692,19 @@ bool small_cache_empty(const heap_t *h) {
   return true;
 }
 
-void small_cache_flush(heap_t *h) {
+/* Every class's list back to the runs; the cache left on and empty, or off. */
+static void cache_drain(heap_t *h, bool on) {
   h->cache_foreign = false;
   for (unsigned i = 0; i < NUM_CLASSES; i++) {
     tcache_t *t = &h->cache[i];
     void **b = t->head;
     t->head = NULL;
-    t->room = t->bound;                /* on and empty */
+    t->room = on ? t->bound : 0;
     cache_release(h, b);
   }
 }
+
+void small_cache_flush(heap_t *h) { cache_drain(h, true); }
 
 /* A free found its class's list full: a run of frees (a structure torn
  * down, or a thread that frees what others allocated). The block goes to
@@ -708,16 +712,7 @@ void small_cache_flush(heap_t *h) {
  * each class's next malloc slow path (tcache_t): a class freed only a few
  * times in the streak would otherwise keep its blocks, and their runs and
  * chunks, for as long as the thread does not allocate again. */
-NOINLINE void small_cache_off(heap_t *h) {
-  h->cache_foreign = false;
-  for (unsigned i = 0; i < NUM_CLASSES; i++) {
-    tcache_t *t = &h->cache[i];
-    void **b = t->head;
-    t->head = NULL;
-    t->room = 0;
-    cache_release(h, b);
-  }
-}
+NOINLINE void small_cache_off(heap_t *h) { cache_drain(h, false); }
 
 NOINLINE void small_cache_overflow(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
   small_free_run(h, c, run, p, tag);
