@@ -212,8 +212,7 @@ static NO_IPA void free_local_bad(chunk_t *c, void *p, const char *fn) {
  * the block does not carry the freed tag (double free). */
 static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const char *fn) {
   size_t o = (uintptr_t)p - (uintptr_t)c;
-  _Static_assert(sizeof(run_t) == 64, "run descriptors are indexed by a shift");
-  run_t *run = (run_t *)((char *)c->runs + ((o >> (RUN_SHIFT - 6)) & ~(size_t)63));
+  run_t *run = (run_t *)((char *)c->runs + ((o >> (RUN_SHIFT - RUN_DESC_SHIFT)) & ~(sizeof(run_t) - 1)));
   size_t off = o & (RUN_SIZE - 1);
   size_t idx = (off * run->recip) >> 32;
   if (unlikely(idx * run->bsize != off)) {

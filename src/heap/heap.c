@@ -68,6 +68,7 @@ static heap_t *heap_new_locked(void) {
   small_cache_init(h);
   h->main = h;
   h->place = PLACE_MAIN;
+  h->cache_node = CACHE_NODE_NONE;     /* until a thread is bound to it */
   h->next_all = all_heaps;
   all_heaps = h;
   return h;

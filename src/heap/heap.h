@@ -3,6 +3,8 @@
 #ifndef LOCUS_HEAP_H
 #define LOCUS_HEAP_H
 
+#include <limits.h>
+
 #include "numa/topology.h"
 #include "registry/registry.h"
 #include "source/source.h"
@@ -41,20 +43,30 @@
 #define TF_NOTIFYING ((uintptr_t)2 << 62)
 #define TF_STATE_MASK ((uintptr_t)3 << 62)
 
+/* Two cache lines: the run's shape, written when it is set up and when a
+ * page is carved, which every free reads (its owner's and other threads'),
+ * then the lists and counts that malloc, the owner's run frees and remote
+ * frees write. On one line, another thread's free read a line that the
+ * owner's pops and frees kept taking back: bench_ab_exchange at 2 threads,
+ * paired runs, 1.02-1.07x with the split (docs/design.md). */
 typedef struct run_s {
-  void *free;                  /* malloc pops here, the owner's frees push here */
-  uint16_t used;               /* blocks handed out (those on thread_free included until collected) */
-  uint16_t capacity;           /* blocks that fit in the run */
-  uint16_t carved;             /* blocks carved so far: first .. first + carved - 1 (see run_carved) */
-  uint8_t cls;
-  uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL: the owner's view */
+  /* shape */
   uint32_t bsize;
   uint32_t recip;              /* ceil(2^32/bsize): offset -> index without a divide */
+  uint16_t capacity;           /* blocks that fit in the run */
+  uint16_t carved;             /* blocks carved so far: first .. first + carved - 1 (see run_carved) */
+  uint16_t first;              /* the run's color: the block its carving starts at (run_new) */
+  uint8_t cls;
+  /* lists */
+  void *free __attribute__((aligned(64)));   /* malloc pops here, the owner's frees push here */
+  uint16_t used;               /* blocks handed out (those on thread_free included until collected) */
+  uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL: the owner's view */
   _Atomic(uintptr_t) thread_free; /* remote frees, see above */
   struct run_s *next, *prev;   /* the heap's list of non-full runs of this class */
   struct run_s *_Atomic notify_next; /* link on the owner heap's notify stack */
-  uint16_t first;              /* the run's color: the block its carving starts at (run_new) */
-} __attribute__((aligned(64))) run_t;   /* one cache line each, indexed by a shift */
+} __attribute__((aligned(64))) run_t;   /* two cache lines each, indexed by a shift */
+#define RUN_DESC_SHIFT 7
+_Static_assert(sizeof(run_t) == (size_t)1 << RUN_DESC_SHIFT, "run descriptors are indexed by a shift");
 
 enum { RUN_FREE = 0, RUN_ACTIVE = 1, RUN_FULL = 2 };
 
@@ -159,6 +171,12 @@ typedef struct heap_s {
   struct heap_s *main;         /* the main heap whose thread owns this one (itself for a main heap):
                                   beside `remote`, which a remote free touches anyway */
   int place;                   /* PLACE_MAIN, a node id, or PLACE_INTERLEAVE */
+  /* The node whose threads may cache this heap's small blocks when they
+   * free them (small_free_foreign): the heap's node while it is a live main
+   * heap, else CACHE_NODE_NONE. One word beside `main`, which such a free
+   * reads anyway, instead of `place`, `node` and `state` on two lines.
+   * Written with the state (heap_set_state), read without a lock. */
+  int cache_node;
   chunk_t *small_chunks;       /* chunks with free run slots first */
   chunk_t *medium_chunks;
   chunk_t *spare;              /* one empty chunk kept to avoid thrashing */
@@ -196,7 +214,12 @@ typedef struct heap_s {
 
 /* A heap's state is written under heaps_lock and read without it by a
  * remote free (small_free_last): relaxed atomics. */
-static inline void heap_set_state(heap_t *h, int st) { __atomic_store_n(&h->state, st, __ATOMIC_RELAXED); }
+#define CACHE_NODE_NONE INT_MIN         /* equals no node id, -1 included */
+static inline void heap_set_state(heap_t *h, int st) {
+  __atomic_store_n(&h->state, st, __ATOMIC_RELAXED);
+  int cn = st == HEAP_LIVE && h->place == PLACE_MAIN ? h->node : CACHE_NODE_NONE;
+  __atomic_store_n(&h->cache_node, cn, __ATOMIC_RELAXED);
+}
 static inline int heap_state(const heap_t *h) { return __atomic_load_n(&h->state, __ATOMIC_RELAXED); }
 /* The heap lock: uncontended almost always (one CAS inline). */
 static ALWAYS_INLINE void heap_lock(heap_t *h) {
@@ -557,10 +580,7 @@ static ALWAYS_INLINE size_t run_index(const run_t *run, size_t off) {
  * where sent home they are reused by the heap's next thread. A stale read
  * of the state only costs that. */
 static ALWAYS_INLINE void small_free_foreign(heap_t *h, heap_t *owner, run_t *run, size_t idx, void *p) {
-  /* (an orphan's node is written again, to the same value, when a thread
-   * of that node adopts it) */
-  if (h && owner->place == PLACE_MAIN && __atomic_load_n(&owner->node, __ATOMIC_RELAXED) == h->node &&
-      heap_state(owner) == HEAP_LIVE) {
+  if (h && __atomic_load_n(&owner->cache_node, __ATOMIC_RELAXED) == h->node) {
     tcache_t *t = &h->cache[run->cls];
     if (t->room && run_carved_shared(run, idx)) {
       tcache_push(t, p, block_tag(p));

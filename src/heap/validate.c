@@ -195,8 +195,18 @@ static void check_pop(heap_t *h) {
     FAIL("heap probed without a probe time (%llu)", (unsigned long long)h->probe_ns);
 }
 
+/* The cache key follows the state (heap_set_state). Only the owner
+ * validates, and only it changes its heap's state (at its exit). */
+static void check_cache_node(heap_t *h) {
+  int st = heap_state(h);
+  int want = st == HEAP_LIVE && h->place == PLACE_MAIN ? h->node : CACHE_NODE_NONE;
+  int cn = __atomic_load_n(&h->cache_node, __ATOMIC_RELAXED);
+  if (cn != want) FAIL("cache key %d, but the heap's state %d, place %d and node %d say %d", cn, st, h->place, h->node, want);
+}
+
 void heap_validate(heap_t *h) {
   if (h == &locus_oom_heap) return;
+  check_cache_node(h);
   heap_lock(h);              /* a remote free may retire a run meanwhile */
   check_small(h);
   check_cache(h);
