@@ -134,9 +134,35 @@ def discover_allocators(locus_lib):
     return allocs, notes
 
 
+def default_build_dir():
+    """LOCUS_BENCH_BUILD_DIR (what scripts/bench.sh builds into), else build/."""
+    return os.path.abspath(os.environ.get("LOCUS_BENCH_BUILD_DIR") or os.path.join(REPO, "build"))
+
+
+def stale_source(lib):
+    """The newest library source modified after `lib` was built, or None.  A
+    run of tools/bench.py alone once measured a library built before the
+    change it was meant to measure (the default build/ was hours old)."""
+    try:
+        built = os.path.getmtime(os.path.realpath(lib))
+    except OSError:
+        return None
+    newest, newest_t = None, built
+    for top in ("src", "include"):
+        for root, _, files in os.walk(os.path.join(REPO, top)):
+            for f in files:
+                path = os.path.join(root, f)
+                t = os.path.getmtime(path)
+                if t > newest_t:
+                    newest, newest_t = path, t
+    return newest
+
+
 def find_bin_dir(arg):
     if arg:
         return os.path.abspath(arg)
+    if os.environ.get("LOCUS_BENCH_BUILD_DIR"):
+        return os.path.join(default_build_dir(), "bench")
     for d in ("build/bench", "build-bench/bench", "build"):
         p = os.path.join(REPO, d)
         if os.path.exists(os.path.join(p, "bench_page_fault")):
@@ -735,7 +761,10 @@ def main():
     ap.add_argument("--only", default=None, help="comma-separated workload ids or prefixes")
     ap.add_argument("--allocators", default=None, help="comma-separated allocator names")
     ap.add_argument("--out", default=None, help="output directory (default results/scratch/<timestamp>, git-ignored)")
-    ap.add_argument("--locus-lib", default=os.path.join(REPO, "build", "liblocus.so"))
+    ap.add_argument("--locus-lib", default=os.path.join(default_build_dir(), "liblocus.so"),
+                    help="default: liblocus.so of $LOCUS_BENCH_BUILD_DIR, else of build/")
+    ap.add_argument("--allow-stale", action="store_true",
+                    help="run even when a source file is newer than the locus library")
     ap.add_argument("--bin-dir", default=None, help="directory holding the bench_* programs")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run (default 120 quick, 1800 full)")
     ap.add_argument("--threads", type=int, default=None, help="passed to the workloads as --threads")
@@ -771,6 +800,14 @@ def main():
     if not allocs:
         log("bench: no allocator to run")
         return 2
+    newer = stale_source(args.locus_lib) if any(a["kind"] == "locus" for a in allocs) else None
+    if newer:
+        msg = ("%s is older than %s: the locus columns would measure an earlier build "
+               "(rebuild it, or run scripts/bench.sh, which builds first)" % (args.locus_lib, os.path.relpath(newer, REPO)))
+        if not args.allow_stale:
+            log("bench: " + msg + "; --allow-stale to run anyway")
+            return 2
+        notes.append("stale library: " + msg)
     absent = [w for w in workloads if not os.access(os.path.join(bindir, "bench_" + w[1]), os.X_OK)]
     for w in absent:
         if w[1] in OPTIONAL_PROGRAMS:

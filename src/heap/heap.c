@@ -29,7 +29,7 @@ uint64_t locus_free_key;
 run_t locus_empty_run = {.state = RUN_FULL};
 heap_t locus_oom_heap = {
   .cur = {[0 ... NUM_CLASSES - 1] = &locus_empty_run}, .main = &locus_oom_heap,
-  .place = PLACE_MAIN, .node = -1, .state = HEAP_DEAD,
+  .place = PLACE_MAIN, .node = -1, .state = HEAP_DEAD, .cache_node = CACHE_NODE_NONE,
   .frames = {[0 ... HEAP_FRAMES - 1] = {HOT_NONE, HOT_NONE}}};
 atomic_int locus_init_state;
 

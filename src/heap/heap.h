@@ -48,7 +48,7 @@
  * then the lists and counts that malloc, the owner's run frees and remote
  * frees write. On one line, another thread's free read a line that the
  * owner's pops and frees kept taking back: bench_ab_exchange at 2 threads,
- * paired runs, 1.02-1.07x with the split (docs/design.md). */
+ * paired runs, 1.02-1.05x with the split (docs/design.md). */
 typedef struct run_s {
   /* shape */
   uint32_t bsize;
