@@ -215,10 +215,13 @@ typedef struct heap_s {
 /* A heap's state is written under heaps_lock and read without it by a
  * remote free (small_free_last): relaxed atomics. */
 #define CACHE_NODE_NONE INT_MIN         /* equals no node id, -1 included */
+/* heap_t.cache_node for a heap in state st. */
+static inline int heap_cache_node_for(const heap_t *h, int st) {
+  return st == HEAP_LIVE && h->place == PLACE_MAIN ? h->node : CACHE_NODE_NONE;
+}
 static inline void heap_set_state(heap_t *h, int st) {
   __atomic_store_n(&h->state, st, __ATOMIC_RELAXED);
-  int cn = st == HEAP_LIVE && h->place == PLACE_MAIN ? h->node : CACHE_NODE_NONE;
-  __atomic_store_n(&h->cache_node, cn, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->cache_node, heap_cache_node_for(h, st), __ATOMIC_RELAXED);
 }
 static inline int heap_state(const heap_t *h) { return __atomic_load_n(&h->state, __ATOMIC_RELAXED); }
 /* The heap lock: uncontended almost always (one CAS inline). */

@@ -199,7 +199,7 @@ static void check_pop(heap_t *h) {
  * validates, and only it changes its heap's state (at its exit). */
 static void check_cache_node(heap_t *h) {
   int st = heap_state(h);
-  int want = st == HEAP_LIVE && h->place == PLACE_MAIN ? h->node : CACHE_NODE_NONE;
+  int want = heap_cache_node_for(h, st);
   int cn = __atomic_load_n(&h->cache_node, __ATOMIC_RELAXED);
   if (cn != want) FAIL("cache key %d, but the heap's state %d, place %d and node %d say %d", cn, st, h->place, h->node, want);
 }
