@@ -231,15 +231,15 @@ static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const
   small_free_local(h, c, run, p, tag);
 }
 
+/* The owner's frees know their chunk by its address (small chunks are
+ * aligned on their size) and that it is theirs from the heap's frame table:
+ * no registry walk, and the run's descriptor is loaded from the address
+ * alone, while the heap's entry is compared. */
 static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
   heap_t *h = locus_tls_heap;
-  /* The owner's frees find their chunk in the heap's frame table: no registry walk. */
-  if (likely(h)) {
-    uintptr_t c = heap_frame_find(h, p);
-    if (likely((uintptr_t)p - c < CHUNK_SIZE)) {
-      free_small_local(h, (chunk_t *)c, p, fn);
-      return;
-    }
+  if (likely(h) && likely(heap_frame_owns(h, p))) {
+    free_small_local(h, (chunk_t *)small_chunk_of(p), p, fn);
+    return;
   }
   free_slow(h, p, fn);
 }

@@ -30,7 +30,7 @@ run_t locus_empty_run = {.state = RUN_FULL};
 heap_t locus_oom_heap = {
   .cur = {[0 ... NUM_CLASSES - 1] = &locus_empty_run}, .main = &locus_oom_heap,
   .place = PLACE_MAIN, .node = -1, .state = HEAP_DEAD, .cache_node = CACHE_NODE_NONE,
-  .frames = {[0 ... HEAP_FRAMES - 1] = {HOT_NONE, HOT_NONE}}};
+  .frames = {[0 ... HEAP_FRAMES - 1] = FRAME_NONE}};
 atomic_int locus_init_state;
 
 static lock_t heaps_lock;           /* guards all_heaps, orphans, the record arena */
@@ -195,25 +195,19 @@ static void chunk_unlink(heap_t *h, chunk_t *c) {
 _Static_assert(CHUNK_SIZE == (size_t)1 << 22, "heap_frame_of assumes 4 MiB chunks");
 
 void heap_frames_clear(heap_t *h) {
-  for (unsigned i = 0; i < HEAP_FRAMES; i++) {
-    atomic_store_explicit(&h->frames[i].inside, HOT_NONE, memory_order_relaxed);
-    atomic_store_explicit(&h->frames[i].cover, HOT_NONE, memory_order_relaxed);
-  }
+  for (unsigned i = 0; i < HEAP_FRAMES; i++) atomic_store_explicit(&h->frames[i], FRAME_NONE, memory_order_relaxed);
 }
 
 void heap_frames_add(heap_t *h, uintptr_t c) {
-  atomic_store_explicit(&h->frames[heap_frame_of(c)].inside, c, memory_order_relaxed);
-  atomic_store_explicit(&h->frames[heap_frame_of(c + CHUNK_SIZE - 1)].cover, c, memory_order_relaxed);
+  LOCUS_ASSERT(c == small_chunk_of((void *)c));
+  atomic_store_explicit(&h->frames[heap_frame_of(c)], c, memory_order_relaxed);
 }
 
-/* Before the chunk can go anywhere (release stores: a thread that gets the
+/* Before the chunk can go anywhere (a release store: a thread that gets the
  * memory next and hands a block of it to the owner has seen the entry go). */
 void heap_frames_remove(heap_t *h, uintptr_t c) {
-  unsigned a = heap_frame_of(c), b = heap_frame_of(c + CHUNK_SIZE - 1);
-  if (atomic_load_explicit(&h->frames[a].inside, memory_order_relaxed) == c)
-    atomic_store_explicit(&h->frames[a].inside, HOT_NONE, memory_order_release);
-  if (atomic_load_explicit(&h->frames[b].cover, memory_order_relaxed) == c)
-    atomic_store_explicit(&h->frames[b].cover, HOT_NONE, memory_order_release);
+  _Atomic(uintptr_t) *e = &h->frames[heap_frame_of(c)];
+  if (atomic_load_explicit(e, memory_order_relaxed) == c) atomic_store_explicit(e, FRAME_NONE, memory_order_release);
 }
 
 void heap_chunk_release(heap_t *h, chunk_t *c) {
@@ -243,14 +237,16 @@ static size_t medium_chunk_size(void) {
 chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   size_t size = kind == REGION_SMALL ? CHUNK_SIZE : medium_chunk_size();
   chunk_t *c;
-  if (h->spare && h->spare->r.size == size) {
+  /* Small chunks are aligned on their size (SRC_ALIGNED); a spare that was a
+   * medium chunk is only by chance. */
+  if (h->spare && h->spare->r.size == size && (kind != REGION_SMALL || small_chunk_of(h->spare) == (uintptr_t)h->spare)) {
     c = h->spare;
     h->spare = NULL;
     c->r.zeroed = false;               /* it served blocks before */
   } else {
     /* Before new memory: what exited threads' heaps got back may be enough. */
     heaps_collect_orphans(false);     /* h->lock may be held: never wait for heaps_lock */
-    c = (chunk_t *)source_alloc(heap_source(h), size, SRC_EXACT);
+    c = (chunk_t *)source_alloc(heap_source(h), size, kind == REGION_SMALL ? SRC_EXACT | SRC_ALIGNED : SRC_EXACT);
     if (!c) return NULL;
     c->r.node = (uint8_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
   }
@@ -265,7 +261,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   if (kind == REGION_SMALL) {
     c->free_runs = ~(uint64_t)1;       /* run 0 holds this header */
     memset(c->runs, 0, sizeof c->runs);  /* RUN_FREE, capacity 0: no pointer is valid yet */
-    if (c->r.size == CHUNK_SIZE) heap_frames_add(h, (uintptr_t)c);
+    heap_frames_add(h, (uintptr_t)c);
   } else {
     medium_chunk_init(h, c);
   }

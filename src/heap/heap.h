@@ -91,7 +91,7 @@ typedef struct mblock_s {
 
 typedef struct { mblock_t *head, *tail; } mbin_t;
 
-#define HEAP_FRAMES 64           /* entries of heap_t.frames: 256 MiB of address space */
+#define HEAP_FRAMES 128          /* entries of heap_t.frames: 512 MiB of address space */
 
 typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
 
@@ -197,19 +197,21 @@ typedef struct heap_s {
   atomic_size_t st_large_allocs;
   atomic_size_t st_remote_frees;   /* blocks freed by other threads, drained */
   atomic_size_t st_reclaimed_runs; /* current runs taken back from an idle owner by remote frees */
-  /* The heap's own small chunks by address, so that the owner's free finds
-   * the chunk of its block without the registry (chunks are not aligned on
-   * their size: Valat, PhD thesis, 2014, §3.4). Direct-mapped on the 4 MiB
-   * frame of the address: a chunk covers the frame it starts in (`inside`)
-   * and the next one (`cover`); a chunk whose slot is taken by another just
-   * takes the registry path. Empty entries hold HOT_NONE.
+  /* The heap's own small chunks, so that the owner's free knows a block is
+   * its own without the registry. Small chunks start on a multiple of
+   * CHUNK_SIZE (SRC_ALIGNED), so a block's chunk is its address masked; the
+   * table, direct-mapped on that 4 MiB frame, says whether the chunk is this
+   * heap's: one load and a compare (heap_frame_owns). A chunk whose entry
+   * another chunk of the heap holds (512 MiB apart) takes the registry path.
+   * Empty entries hold FRAME_NONE.
    * Invariant: a non-empty entry names a small chunk of this heap on
-   * h->small_chunks (validated in the debug build). Entries are written
-   * under h->lock (the owner's run_new, the chunk release of the owner or
-   * of a remote free retiring the last run) and read by the owner without
-   * it: a valid free keeps its chunk alive, and the bound check rejects an
-   * entry that does not contain the block. */
-  struct { _Atomic(uintptr_t) inside, cover; } frames[HEAP_FRAMES];
+   * h->small_chunks, in the entry of its frame (validated in the debug
+   * build). Entries are written under h->lock (the owner's chunk allocation,
+   * the chunk release of the owner or of a remote free retiring the last
+   * run, exit and adoption) and read by the owner without it: a valid free
+   * keeps its chunk alive, and an entry that is stale, cleared or another
+   * chunk's does not equal the masked address. */
+  _Atomic(uintptr_t) frames[HEAP_FRAMES];
 } heap_t;
 
 /* A heap's state is written under heaps_lock and read without it by a
@@ -238,20 +240,16 @@ static inline void heap_stat_add_shared(atomic_size_t *c, size_t n) {
 }
 void heaps_report(void (*line)(void *, const heap_t *), void *ctx);
 
-#define HOT_NONE ((uintptr_t)1 << 63)   /* p - HOT_NONE >= CHUNK_SIZE for every user address */
+#define FRAME_NONE ((uintptr_t)1)      /* equals no chunk address: chunks are aligned */
+static ALWAYS_INLINE uintptr_t small_chunk_of(const void *p) { return (uintptr_t)p & ~(uintptr_t)(CHUNK_SIZE - 1); }
 static ALWAYS_INLINE unsigned heap_frame_of(uintptr_t a) {
   return (unsigned)(a >> 22) & (HEAP_FRAMES - 1);   /* 22: log2(CHUNK_SIZE) */
 }
-/* The chunk of h that may contain p (the caller checks p - c < CHUNK_SIZE),
- * or HOT_NONE. The owner's free path. */
-static ALWAYS_INLINE uintptr_t heap_frame_find(const heap_t *h, const void *p) {
-  _Static_assert(sizeof h->frames[0] == 16, "frame entries are indexed by a shift");
-  /* the entry's byte offset in one shift and one mask (heap_frame_of * 16) */
-  uintptr_t o = ((uintptr_t)p >> (22 - 4)) & ((uintptr_t)(HEAP_FRAMES - 1) << 4);
-  const _Atomic(uintptr_t) *e = (const _Atomic(uintptr_t) *)((const char *)h->frames + o);
-  uintptr_t in = atomic_load_explicit(&e[0], memory_order_relaxed);
-  uintptr_t cv = atomic_load_explicit(&e[1], memory_order_relaxed);
-  return (uintptr_t)p >= in ? in : cv;
+/* Whether p lies in a small chunk of h that h's frame table holds (then that
+ * chunk is small_chunk_of(p)). The owner's free path; p may be any address. */
+static ALWAYS_INLINE bool heap_frame_owns(const heap_t *h, const void *p) {
+  uintptr_t c = small_chunk_of(p);
+  return atomic_load_explicit(&h->frames[heap_frame_of(c)], memory_order_relaxed) == c;
 }
 /* Records / forgets a small chunk of h (h->lock held, or h private). */
 void heap_frames_add(heap_t *h, uintptr_t c);

@@ -63,7 +63,7 @@ static void run_init(run_t *run, unsigned cls, uint16_t color) {
 }
 
 static inline chunk_t *run_chunk(run_t *run) {
-  return (chunk_t *)registry_lookup(run);   /* descriptors live in their chunk */
+  return (chunk_t *)small_chunk_of(run);   /* descriptors live in their chunk's header */
 }
 
 /* Threads the next page's worth of never-used blocks into the free list,
@@ -642,17 +642,16 @@ void small_cache_init(heap_t *h) {
 /* Gives a detached list of cached blocks to their runs, as the owner's
  * frees would have (a run may retire, and its chunk go back); blocks of
  * other heaps go to their runs' thread_free (small_free_foreign). */
-static chunk_t *cached_chunk(heap_t *h, void **b) {
-  uintptr_t c = heap_frame_find(h, b);
-  if ((uintptr_t)b - c >= CHUNK_SIZE) c = (uintptr_t)registry_lookup(b);   /* not in the frame table */
-  LOCUS_ASSERT(c && ((chunk_t *)c)->r.kind == REGION_SMALL);
-  return (chunk_t *)c;
+static chunk_t *cached_chunk(void **b) {
+  chunk_t *c = (chunk_t *)small_chunk_of(b);
+  LOCUS_ASSERT(registry_lookup(b) == &c->r && c->r.kind == REGION_SMALL);
+  return c;
 }
 
 static void cache_release(heap_t *h, void **b) {
   while (b) {
     void **next = b[0];
-    chunk_t *ch = cached_chunk(h, b);
+    chunk_t *ch = cached_chunk(b);
     size_t off;
     run_t *run = chunk_run_of(ch, b, &off);
     if (ch->r.heap == h) small_free_run(h, ch, run, b, block_tag(b));
@@ -671,7 +670,7 @@ void small_cache_exit(heap_t *h) {
     void **link = (void **)&t->head, **b;
     uint32_t gone = 0;
     while ((b = *link)) {
-      chunk_t *ch = cached_chunk(h, b);
+      chunk_t *ch = cached_chunk(b);
       if (ch->r.heap == h) {
         link = b;                      /* word 0: the next block */
         continue;

@@ -13,6 +13,8 @@ static void check_region(heap_t *h, chunk_t *c, region_kind_t kind) {
     FAIL("chunk %p is not recorded in the registry as a %s chunk", c, kind == REGION_SMALL ? "small" : "medium");
   if (c->r.heap != h) FAIL("chunk %p on heap %p's list belongs to heap %p", c, h, c->r.heap);
   if (c->r.kind != kind) FAIL("chunk %p has kind %u on a list of kind %u", c, c->r.kind, (unsigned)kind);
+  if (kind == REGION_SMALL && (c->r.size != CHUNK_SIZE || small_chunk_of(c) != (uintptr_t)c))
+    FAIL("small chunk %p of %zu bytes is not aligned on CHUNK_SIZE", c, c->r.size);
 }
 
 /* Walks one of a run's owner lists: every entry a carved block of the run,
@@ -172,18 +174,17 @@ static void check_medium(heap_t *h) {
   if (listed != free_blocks) FAIL("%zu free medium blocks, %zu on the bins", free_blocks, listed);
 }
 
-/* Every entry of the frame table names a small chunk of h (heap.h). */
+/* Every entry of the frame table names a small chunk of h, in its frame's
+ * entry (heap.h). */
 static void check_frames(heap_t *h) {
-  for (unsigned i = 0; i < HEAP_FRAMES; i++)
-    for (int k = 0; k < 2; k++) {
-      uintptr_t e = atomic_load_explicit(k ? &h->frames[i].cover : &h->frames[i].inside, memory_order_relaxed);
-      if (e == HOT_NONE) continue;
-      chunk_t *c = h->small_chunks;
-      while (c && (uintptr_t)c != e) c = c->next;
-      if (!c) FAIL("frame table entry %u.%d: %p is not a small chunk of the heap", i, k, (void *)e);
-      if (heap_frame_of(k ? e + CHUNK_SIZE - 1 : e) != i)
-        FAIL("frame table entry %u.%d: chunk %p belongs in another entry", i, k, (void *)e);
-    }
+  for (unsigned i = 0; i < HEAP_FRAMES; i++) {
+    uintptr_t e = atomic_load_explicit(&h->frames[i], memory_order_relaxed);
+    if (e == FRAME_NONE) continue;
+    chunk_t *c = h->small_chunks;
+    while (c && (uintptr_t)c != e) c = c->next;
+    if (!c) FAIL("frame table entry %u: %p is not a small chunk of the heap", i, (void *)e);
+    if (heap_frame_of(e) != i) FAIL("frame table entry %u: chunk %p belongs in another entry", i, (void *)e);
+  }
 }
 
 /* The owner is outside its pop (it validates): `pop` is idle or probed,

@@ -11,7 +11,8 @@
  * auto profile's bound moves: a lower one is applied at the next tick). A
  * segment or region marked huge starts on a huge-page boundary in a mapping
  * advised for huge pages (when the THP mode asks for advice); splits of huge
- * segments for huge requests fall on huge-page boundaries.
+ * segments for huge requests fall on huge-page boundaries. An aligned request
+ * (SRC_ALIGNED) gets a region that starts on a multiple of its size.
  *
  * Huge pages (LOCUS_THP): fresh mappings for large blocks of 4 MiB or more
  * start on a 2 MiB boundary and are advised as a whole; a cached huge segment
@@ -70,7 +71,7 @@ source_t *source_for_node(int node) {
  * touched. A policy the kernel refuses (a node taken away by the cpuset since
  * start-up) fails the mapping: memory that would break the promise is not
  * handed out. */
-static void *source_map(source_t *s, size_t size, bool huge, bool *zeroed) {
+static void *source_map(source_t *s, size_t size, bool huge, bool aligned, bool *zeroed) {
   /* eco gives memory back at once: with the kernel's page reuse it comes
    * again without the clearing, and is then no longer known zero. The
    * kernel pools whole 2 MiB pages too (kernel/0003), so huge segments are
@@ -80,6 +81,7 @@ static void *source_map(source_t *s, size_t size, bool huge, bool *zeroed) {
   *zeroed = true;
   void *p = huge ? (reuse ? os_map_aligned_reusable(size, os_features.huge_page_size, zeroed)
                           : os_map_aligned(size, os_features.huge_page_size))
+                 : aligned ? (reuse ? os_map_aligned_reusable(size, size, zeroed) : os_map_aligned(size, size))
                  : reuse ? os_map_reusable(size, zeroed) : os_map(size);
   if (p && s->policy != OS_POLICY_DEFAULT && !os_set_policy(p, size, (os_policy_t)s->policy, &s->policy_nodes) &&
       os_features.numa) {
@@ -163,6 +165,54 @@ static region_t *region_init(source_t *s, void *base, size_t size, bool zeroed, 
   return r;
 }
 
+/* SRC_ALIGNED from the cache: a window of `size` bytes on a multiple of
+ * `size`, cut from the smallest cached segment that holds one (no mremap:
+ * a moved or grown segment is aligned only by chance). The pieces before
+ * and after the window stay cached when a slice long (the segment's slot is
+ * free again for the first), else are unmapped. NULL if no segment holds
+ * such a window. */
+static region_t *take_aligned(source_t *s, size_t size, uint64_t now) {
+  lock_acquire(&s->lock);
+  ptrdiff_t best = -1;
+  for (size_t i = 0; i < s->nseg; i++) {
+    uintptr_t b = (uintptr_t)s->seg[i].base;
+    if (align_up(b, size) + size <= b + s->seg[i].size && (best < 0 || s->seg[i].size < s->seg[best].size))
+      best = (ptrdiff_t)i;
+  }
+  if (best < 0) {
+    lock_release(&s->lock);
+    return NULL;
+  }
+  seg_t g = s->seg[best];
+  char *a = (char *)align_up((uintptr_t)g.base, size);
+  size_t head = (size_t)(a - (char *)g.base), tail = g.size - head - size, kept = 0;
+  s->hits++;
+  if (now) adapt_hit(&s->adapt, g.ns, now);
+  seg_remove(s, (size_t)best);
+  bool keep_head = head >= SLICE_SIZE, keep_tail = tail >= SLICE_SIZE && s->nseg + keep_head < SOURCE_SLOTS;
+  if (keep_head) {
+    s->seg[s->nseg] = g;
+    s->seg[s->nseg++].size = head;
+    kept += head;
+  }
+  if (keep_tail) {
+    seg_t t = g;
+    t.base = a + size;
+    t.size = tail;
+    t.huge = g.huge && !((uintptr_t)t.base & (os_features.huge_page_size - 1));
+    s->seg[s->nseg++] = t;
+    kept += tail;
+  }
+  s->cached += kept;
+  LOCUS_DEBUG_ONLY(source_check_locked(s));
+  lock_release(&s->lock);
+  stat_sub(&locus_stats.cached, g.size - kept);
+  if (head && !keep_head) os_unmap(g.base, head);   /* too short for any region */
+  if (tail && !keep_tail) os_unmap(a + size, tail);
+  stat_add(&locus_stats.hits, 1);
+  return region_init(s, a, size, false, g.map, g.huge);
+}
+
 /* Auto profile: the controller's clock, 0 otherwise (no clock read). */
 static uint64_t auto_now(void) { return adapt_active() ? adapt_now() : 0; }
 
@@ -170,7 +220,11 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
   bool exact = flags & SRC_EXACT;
   uint64_t now = auto_now();
   if (now) adapt_tick(now);
-  if (s->nseg) {
+  if (flags & SRC_ALIGNED) {
+    LOCUS_ASSERT(exact && is_pow2(size));
+    region_t *r = s->nseg ? take_aligned(s, size, now) : NULL;
+    if (r) return r;
+  } else if (s->nseg) {
     lock_acquire(&s->lock);
     ptrdiff_t i = seg_closest(s, size);
     if (i >= 0 && (flags & SRC_CACHED_ONLY) && s->seg[i].size < size) i = -1;
@@ -235,8 +289,9 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
   }
   bool huge = (flags & SRC_HUGE) && os_features.huge_page_size;
   bool zeroed;
-  void *p = source_map(s, size, huge, &zeroed);
-  if (!p && source_release_all()) p = source_map(s, size, huge, &zeroed);   /* under RLIMIT_AS: drop caches first */
+  bool aligned = flags & SRC_ALIGNED;
+  void *p = source_map(s, size, huge, aligned, &zeroed);
+  if (!p && source_release_all()) p = source_map(s, size, huge, aligned, &zeroed);   /* under RLIMIT_AS: drop caches first */
   if (!p) return NULL;
   return region_init(s, p, size, zeroed, new_map_id(), huge);
 }

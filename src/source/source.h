@@ -46,7 +46,11 @@ typedef struct source_s {
  * rest of the header zero. Unless SRC_EXACT, the region may be up to a slice
  * larger (a cached segment taken whole). SRC_CACHED_ONLY: only from a cached
  * segment at least `size` long, else NULL (no system call). */
-enum { SRC_EXACT = 1, SRC_CACHED_ONLY = 2, SRC_HUGE = 4 };
+enum { SRC_EXACT = 1, SRC_CACHED_ONLY = 2, SRC_HUGE = 4, SRC_ALIGNED = 8 };
+/* SRC_ALIGNED (small chunks, with SRC_EXACT; size a power of two): the
+ * region starts on a multiple of its size, so that a block's chunk is its
+ * address masked (heap.h). Cut from a cached segment that holds such a
+ * window (the pieces around it stay cached), else mapped fresh. */
 /* SRC_HUGE (large blocks of LOCUS_THP): a fresh mapping starts on a huge-page
  * boundary and is advised for huge pages when the THP mode asks for advice;
  * a cached huge segment is split on a huge-page boundary where it can, so
