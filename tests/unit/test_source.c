@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "locus.h"
+#include "source/source.h"
 
 static locus_stats_t stats(void) {
   locus_stats_t s;
@@ -49,6 +50,42 @@ static void test_reuse_without_faults(void) {
         s3.cache_hits == s2.cache_hits + 1 && s3.cache_misses == s2.cache_misses, "48 MiB grown from cache by mremap");
   memset(c, 2, 48 * MB);
   free(c);
+}
+
+/* Small chunks start on a multiple of their size (SRC_ALIGNED): cut from a
+ * cached segment that holds such a window, the pieces around it kept
+ * cached when a slice or longer; else mapped fresh. */
+static void test_aligned_window(void) {
+  locus_set_profile("uma");
+  locus_release();
+  source_t *s = source_for_node(SOURCE_GENERIC);
+  size_t seg = 13 * MB;
+  region_t *r = source_alloc(s, seg, SRC_EXACT);
+  CHECK(r && r->size == seg, "13 MiB region");
+  uintptr_t base = (uintptr_t)r;
+  source_free(r);
+  CHECK(locus_cached_bytes() == seg, "the region is cached (%zu)", locus_cached_bytes());
+  locus_stats_t s0 = stats();
+  region_t *c = source_alloc(s, CHUNK_SIZE, SRC_EXACT | SRC_ALIGNED);
+  locus_stats_t s1 = stats();
+  CHECK(c && c->size == CHUNK_SIZE && (uintptr_t)c % CHUNK_SIZE == 0, "aligned chunk (%p)", (void *)c);
+  CHECK((uintptr_t)c >= base && (uintptr_t)c + CHUNK_SIZE <= base + seg, "cut from the cached segment");
+  CHECK(s1.mmap_calls == s0.mmap_calls && s1.cache_hits == s0.cache_hits + 1, "no new mapping");
+  size_t head = (uintptr_t)c - base, tail = seg - head - CHUNK_SIZE;
+  size_t kept = (head >= SLICE_SIZE ? head : 0) + (tail >= SLICE_SIZE ? tail : 0);
+  CHECK(locus_cached_bytes() == kept, "the pieces around the window stay cached (%zu, expected %zu)",
+        locus_cached_bytes(), kept);
+  source_free(c);
+  CHECK(locus_cached_bytes() == kept + CHUNK_SIZE, "the chunk is cached again");
+  /* no cached segment holds a window: a fresh mapping on the boundary */
+  locus_release();
+  locus_stats_t s2 = stats();
+  c = source_alloc(s, CHUNK_SIZE, SRC_EXACT | SRC_ALIGNED);
+  locus_stats_t s3 = stats();
+  CHECK(c && (uintptr_t)c % CHUNK_SIZE == 0 && s3.cache_misses == s2.cache_misses + 1, "fresh aligned chunk");
+  memset((char *)c + sizeof *c, 7, CHUNK_SIZE - sizeof *c);   /* all of it is mapped */
+  source_free(c);
+  locus_release();
 }
 
 static void test_calloc_recycled(void) {
@@ -213,6 +250,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--print-config")) return print_config();
   if (argc > 1 && !strcmp(argv[1], "--noop")) return 0;
   test_reuse_without_faults();
+  test_aligned_window();
   test_calloc_recycled();
   test_realloc_mremap();
   test_realloc_keeps_usable();
