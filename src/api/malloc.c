@@ -166,75 +166,101 @@ static NOINLINE void free_other(void *p, region_t *r, const char *fn) {
               (unsigned)r->kind);
 }
 
-/* Frees not found in the calling thread's frame table: through the
- * registry. Mostly another thread's small block (half the frees of a
- * two-thread exchange): a block start below the run's capacity, not tagged
- * freed; whether it was carved is checked by the owner, or with the loads of
- * run_carved_shared before another thread caches it (small_free_foreign). */
-static NOINLINE void free_slow(heap_t *h, void *p, const char *fn) {
-  uintptr_t t = registry_find(p);      /* 0 for NULL: no region covers page 0 */
-  chunk_t *c = (chunk_t *)(t - REGION_SMALL);
-  /* Small chunks have a fixed size: no header read to know the kind or bounds. */
-  if (likely((t & REG_KIND_MASK) == REGION_SMALL && (uintptr_t)p - (uintptr_t)c < CHUNK_SIZE)) {
-    size_t idx;
-    run_t *run = small_check(c, p, fn, &idx);
-    heap_t *owner = c->r.heap;
-    if (owner->main == h) {            /* this thread's heap or a placed sub-heap of it (h != NULL) */
-      if (unlikely(!run_carved(run, idx))) bad_small(p, fn, true);
-      small_free_local(owner, c, run, p, block_tag(p));
-      return;
-    }
-    small_free_foreign(h, owner, run, idx, p);
-    return;
-  }
-  if (unlikely(!p)) return;
-  free_other(p, registry_lookup(p), fn);
-}
-
-/* A local free that failed a check: says which (never returns). Reached by
- * a tail jump, so the fast path needs no stack frame: GCC must not learn
- * that it does not return (it would call it, and the fast path would need a
- * frame for the call). */
+/* A small-block free that failed a check: says which (never returns).
+ * Reached by a tail jump, so the fast paths need no stack frame: GCC must
+ * not learn that it does not return (it would call it, and the fast path
+ * would need a frame for the call). */
 #if defined(__GNUC__) && !defined(__clang__)
 #define NO_IPA __attribute__((noipa))
 #else
 #define NO_IPA NOINLINE
 #endif
-static NO_IPA void free_local_bad(chunk_t *c, void *p, const char *fn) {
+static NO_IPA void free_small_bad(chunk_t *c, void *p, const char *fn) {
   size_t idx;
   run_t *run = small_check(c, p, fn, &idx);
   if (!run_carved(run, idx)) bad_small(p, fn, true);
   locus_fatal("%s(): invalid pointer %p (small block check failed)", fn, p);
 }
 
-/* The owner's free. Checks, each a branch to free_local_bad: the offset is
- * a block start (reciprocal multiply) of a carved block (run_carved), and
- * the block does not carry the freed tag (double free). */
-static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const char *fn) {
+/* The run descriptor of a block of small chunk c (its address alone). */
+static ALWAYS_INLINE run_t *small_run_of(chunk_t *c, const void *p, size_t *off) {
   size_t o = (uintptr_t)p - (uintptr_t)c;
-  run_t *run = (run_t *)((char *)c->runs + ((o >> (RUN_SHIFT - RUN_DESC_SHIFT)) & ~(sizeof(run_t) - 1)));
-  size_t off = o & (RUN_SIZE - 1);
+  *off = o & (RUN_SIZE - 1);
+  return (run_t *)((char *)c->runs + ((o >> (RUN_SHIFT - RUN_DESC_SHIFT)) & ~(sizeof(run_t) - 1)));
+}
+
+/* The free of a small block that the thread's frame table does not hold:
+ * mostly another thread's (half the frees of a two-thread exchange), or
+ * one of the thread's placed sub-heaps. Checks: a block start below the
+ * run's capacity, not tagged freed; whether it was carved is checked by the
+ * owner, or with the loads of run_carved_shared before another thread
+ * caches it (small_free_foreign). Every failure is a tail jump. */
+static ALWAYS_INLINE void free_small_other(heap_t *h, chunk_t *c, void *p, const char *fn) {
+  size_t off;
+  run_t *run = small_run_of(c, p, &off);
   size_t idx = (off * run->recip) >> 32;
-  if (unlikely(idx * run->bsize != off)) {
-    free_local_bad(c, p, fn);
-    return;
-  }
-  if (unlikely(!run_carved(run, idx))) {
-    free_local_bad(c, p, fn);
+  if (unlikely(idx * run->bsize != off || idx >= run->capacity)) {
+    free_small_bad(c, p, fn);
     return;
   }
   uintptr_t tag = block_tag(p);
   if (unlikely(((const uintptr_t *)p)[1] == tag)) {
-    free_local_bad(c, p, fn);
+    free_small_bad(c, p, fn);
+    return;
+  }
+  heap_t *owner = c->r.heap;
+  if (owner->main == h) {              /* this thread's heap or a placed sub-heap of it (h != NULL) */
+    if (unlikely(!run_carved(run, idx))) {
+      free_small_bad(c, p, fn);
+      return;
+    }
+    small_free_local(owner, c, run, p, tag);
+    return;
+  }
+  small_free_foreign(h, owner, run, idx, p);
+}
+
+/* NULL, a medium or large block, or no block of locus. */
+static NOINLINE void free_not_small(void *p, const char *fn) {
+  if (!p) return;
+  free_other(p, registry_lookup(p), fn);
+}
+
+/* Frees not found in the calling thread's frame table. A small chunk is
+ * aligned on its size, hence on a registry slice: the slice entry's `cover`
+ * is the chunk (registry_cover, one load after the leaf's). */
+static NOINLINE void free_slow(heap_t *h, void *p, const char *fn) {
+  uintptr_t c = small_chunk_of(p);
+  if (likely(registry_cover(p) == (c | REGION_SMALL))) {
+    free_small_other(h, (chunk_t *)c, p, fn);
+    return;
+  }
+  free_not_small(p, fn);
+}
+
+/* The owner's free. Checks, each a branch to free_small_bad: the offset is
+ * a block start (reciprocal multiply) of a carved block (run_carved), and
+ * the block does not carry the freed tag (double free). */
+static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const char *fn) {
+  size_t off;
+  run_t *run = small_run_of(c, p, &off);
+  size_t idx = (off * run->recip) >> 32;
+  if (unlikely(idx * run->bsize != off)) {
+    free_small_bad(c, p, fn);
+    return;
+  }
+  if (unlikely(!run_carved(run, idx))) {
+    free_small_bad(c, p, fn);
+    return;
+  }
+  uintptr_t tag = block_tag(p);
+  if (unlikely(((const uintptr_t *)p)[1] == tag)) {
+    free_small_bad(c, p, fn);
     return;
   }
   small_free_local(h, c, run, p, tag);
 }
 
-/* The owner's frees know their chunk by its address (small chunks are
- * aligned on their size) and that it is theirs from the heap's frame table:
- * no registry walk, and the run's descriptor is loaded from the address
- * alone, while the heap's entry is compared. */
 static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
   heap_t *h = locus_tls_heap;
   if (likely(h) && likely(heap_frame_owns(h, p))) {

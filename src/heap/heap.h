@@ -486,6 +486,8 @@ static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, vo
   }
   small_cache_overflow(h, c, run, p, tag);
 }
+/* Another thread's block found h's list full: to its run, the cache off. */
+void small_free_foreign_full(heap_t *h, heap_t *owner, run_t *run, void *p);
 /* Sets the bounds of a new heap's thread cache from LOCUS_THREAD_CACHE. */
 void small_cache_init(heap_t *h);
 /* The owner, or a collector of an orphan, gives the thread cache back to
@@ -589,8 +591,7 @@ static ALWAYS_INLINE void small_free_foreign(heap_t *h, heap_t *owner, run_t *ru
       return;
     }
     if (t->head) {                     /* full: the same rule as the owner's (tcache_t) */
-      small_free_remote(owner, run, p);
-      small_cache_off(h);
+      small_free_foreign_full(h, owner, run, p);
       return;
     }
   }

@@ -718,6 +718,11 @@ NOINLINE void small_cache_overflow(heap_t *h, chunk_t *c, run_t *run, void *p, u
   small_cache_off(h);
 }
 
+NOINLINE void small_free_foreign_full(heap_t *h, heap_t *owner, run_t *run, void *p) {
+  small_free_remote(owner, run, p);
+  small_cache_off(h);
+}
+
 /* fork() child: a thread that no longer exists may have been between the
  * two steps of small_notify (state TF_NOTIFYING, the run pushed on the owner's
  * notify stack or not yet). Every later remote free into the run, and the

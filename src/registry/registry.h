@@ -61,6 +61,18 @@ static ALWAYS_INLINE uintptr_t registry_find(const void *p) {
   return (in & above) | (cv & ~above);   /* a select GCC does not turn back into a branch */
 }
 
+/* The tagged entry of the region covering the first byte of p's slice, 0 if
+ * none: the region of p when that region starts on a slice boundary (small
+ * chunks do: they are aligned on their size), so the caller compares it
+ * with the region it expects. One load fewer than registry_find. */
+static ALWAYS_INLINE uintptr_t registry_cover(const void *p) {
+  uintptr_t s = (uintptr_t)p >> SLICE_SHIFT;
+  if (unlikely(s >> (REG_L1_BITS + REG_L2_BITS))) return 0;
+  slice_entry_t *leaf = atomic_load_explicit(&registry_l1[s >> REG_L2_BITS], memory_order_acquire);
+  if (unlikely(!leaf)) return 0;
+  return atomic_load_explicit(&leaf[s & (((uintptr_t)1 << REG_L2_BITS) - 1)].cover, memory_order_acquire);
+}
+
 static ALWAYS_INLINE region_t *registry_lookup(const void *p) {
   region_t *r = (region_t *)(registry_find(p) & ~REG_KIND_MASK);
   if (unlikely(!r || (uintptr_t)p - (uintptr_t)r >= r->size)) return NULL;
