@@ -189,17 +189,39 @@ static ALWAYS_INLINE run_t *small_run_of(chunk_t *c, const void *p, size_t *off)
   return (run_t *)((char *)c->runs + ((o >> (RUN_SHIFT - RUN_DESC_SHIFT)) & ~(sizeof(run_t) - 1)));
 }
 
-/* The free of a small block that the thread's frame table does not hold:
- * mostly another thread's (half the frees of a two-thread exchange), or
- * one of the thread's placed sub-heaps. Checks: a block start below the
- * run's capacity, not tagged freed; whether it was carved is checked by the
- * owner, or with the loads of run_carved_shared before another thread
- * caches it (small_free_foreign). Every failure is a tail jump. */
-static ALWAYS_INLINE void free_small_other(heap_t *h, chunk_t *c, void *p, const char *fn) {
+/* A small block of another heap than h: a placed sub-heap of the thread's
+ * (local), or another thread's (small_free_foreign). A tail jump from the
+ * owner's path, with few arguments (no stack frame there). */
+static NOINLINE void free_small_other(heap_t *h, run_t *run, size_t idx, void *p, const char *fn) {
+  chunk_t *c = (chunk_t *)small_chunk_of(p);
+  heap_t *owner = c->r.heap;
+  if (owner->main == h) {              /* h != NULL: a main heap is its own main */
+    if (unlikely(!run_carved(run, idx))) {
+      free_small_bad(c, p, fn);
+      return;
+    }
+    small_free_local(owner, c, run, p, block_tag(p));
+    return;
+  }
+  if (unlikely(idx >= run->capacity)) {
+    free_small_bad(c, p, fn);
+    return;
+  }
+  small_free_foreign(h, owner, run, idx, p);
+}
+
+/* The free of a block of small chunk c, by any thread (h: its heap, or
+ * NULL). Checks, each a tail jump to free_small_bad: the offset is a block
+ * start (reciprocal multiply), not tagged freed (double free); for the
+ * owner, a carved block (run_carved); for another thread, below the run's
+ * capacity, and carved (run_carved_shared) before it caches the block
+ * (small_free_foreign), else the owner checks it when it takes the block
+ * back. */
+static ALWAYS_INLINE void free_small(heap_t *h, chunk_t *c, void *p, const char *fn) {
   size_t off;
   run_t *run = small_run_of(c, p, &off);
   size_t idx = (off * run->recip) >> 32;
-  if (unlikely(idx * run->bsize != off || idx >= run->capacity)) {
+  if (unlikely(idx * run->bsize != off)) {
     free_small_bad(c, p, fn);
     return;
   }
@@ -209,15 +231,15 @@ static ALWAYS_INLINE void free_small_other(heap_t *h, chunk_t *c, void *p, const
     return;
   }
   heap_t *owner = c->r.heap;
-  if (owner->main == h) {              /* this thread's heap or a placed sub-heap of it (h != NULL) */
+  if (likely(owner == h)) {
     if (unlikely(!run_carved(run, idx))) {
       free_small_bad(c, p, fn);
       return;
     }
-    small_free_local(owner, c, run, p, tag);
+    small_free_local(h, c, run, p, tag);
     return;
   }
-  small_free_foreign(h, owner, run, idx, p);
+  free_small_other(h, run, idx, p, fn);
 }
 
 /* NULL, a medium or large block, or no block of locus. */
@@ -226,48 +248,28 @@ static NOINLINE void free_not_small(void *p, const char *fn) {
   free_other(p, registry_lookup(p), fn);
 }
 
-/* Frees not found in the calling thread's frame table. A small chunk is
- * aligned on its size, hence on a registry slice: the slice entry's `cover`
- * is the chunk (registry_cover, one load after the leaf's). */
+/* Frees whose chunk the frame table does not hold: a small chunk whose
+ * entry another chunk took (the registry's `cover` entry of its slice names
+ * it: registry_cover), or not a small block. */
 static NOINLINE void free_slow(heap_t *h, void *p, const char *fn) {
   uintptr_t c = small_chunk_of(p);
   if (likely(registry_cover(p) == (c | REGION_SMALL))) {
-    free_small_other(h, (chunk_t *)c, p, fn);
+    free_small(h, (chunk_t *)c, p, fn);
     return;
   }
   free_not_small(p, fn);
 }
 
-/* The owner's free. Checks, each a branch to free_small_bad: the offset is
- * a block start (reciprocal multiply) of a carved block (run_carved), and
- * the block does not carry the freed tag (double free). */
-static ALWAYS_INLINE void free_small_local(heap_t *h, chunk_t *c, void *p, const char *fn) {
-  size_t off;
-  run_t *run = small_run_of(c, p, &off);
-  size_t idx = (off * run->recip) >> 32;
-  if (unlikely(idx * run->bsize != off)) {
-    free_small_bad(c, p, fn);
-    return;
-  }
-  if (unlikely(!run_carved(run, idx))) {
-    free_small_bad(c, p, fn);
-    return;
-  }
-  uintptr_t tag = block_tag(p);
-  if (unlikely(((const uintptr_t *)p)[1] == tag)) {
-    free_small_bad(c, p, fn);
-    return;
-  }
-  small_free_local(h, c, run, p, tag);
-}
-
+/* Small blocks are known by their address: the chunk is the address masked
+ * (small chunks are aligned on their size), the frame table says it is a
+ * small chunk, its header names the owner. */
 static ALWAYS_INLINE void free_impl(void *p, const char *fn) {
-  heap_t *h = locus_tls_heap;
-  if (likely(h) && likely(heap_frame_owns(h, p))) {
-    free_small_local(h, (chunk_t *)small_chunk_of(p), p, fn);
+  uintptr_t c = small_chunk_of(p);
+  if (likely(small_frame_holds(c))) {
+    free_small(locus_tls_heap, (chunk_t *)c, p, fn);
     return;
   }
-  free_slow(h, p, fn);
+  free_slow(locus_tls_heap, p, fn);
 }
 
 LOCUS_EXPORT void locus_free(void *p) { free_impl(p, "free"); }

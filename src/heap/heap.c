@@ -30,7 +30,7 @@ run_t locus_empty_run = {.state = RUN_FULL};
 heap_t locus_oom_heap = {
   .cur = {[0 ... NUM_CLASSES - 1] = &locus_empty_run}, .main = &locus_oom_heap,
   .place = PLACE_MAIN, .node = -1, .state = HEAP_DEAD, .cache_node = CACHE_NODE_NONE,
-  .frames = {[0 ... HEAP_FRAMES - 1] = FRAME_NONE}};
+};
 atomic_int locus_init_state;
 
 static lock_t heaps_lock;           /* guards all_heaps, orphans, the record arena */
@@ -64,7 +64,6 @@ static heap_t *heap_new_locked(void) {
   if (!h) return NULL;
   memset(h, 0, sizeof *h);
   heap_reset_classes(h);
-  heap_frames_clear(h);
   small_cache_init(h);
   h->main = h;
   h->place = PLACE_MAIN;
@@ -192,27 +191,28 @@ static void chunk_unlink(heap_t *h, chunk_t *c) {
   heap_stat_add_shared(&h->st_chunk_bytes, -c->r.size);
 }
 
-_Static_assert(CHUNK_SIZE == (size_t)1 << 22, "heap_frame_of assumes 4 MiB chunks");
+_Static_assert(CHUNK_SIZE == (size_t)1 << 22, "small_frame_of assumes 4 MiB chunks");
 
-void heap_frames_clear(heap_t *h) {
-  for (unsigned i = 0; i < HEAP_FRAMES; i++) atomic_store_explicit(&h->frames[i], FRAME_NONE, memory_order_relaxed);
-}
+_Atomic(uintptr_t) locus_small_frames[SMALL_FRAMES] = {[0 ... SMALL_FRAMES - 1] = FRAME_NONE};
 
-void heap_frames_add(heap_t *h, uintptr_t c) {
+/* A chunk taking an entry another chunk holds: that one takes the registry
+ * path from now on. */
+void small_frames_add(uintptr_t c) {
   LOCUS_ASSERT(c == small_chunk_of((void *)c));
-  atomic_store_explicit(&h->frames[heap_frame_of(c)], c, memory_order_relaxed);
+  atomic_store_explicit(&locus_small_frames[small_frame_of(c)], c, memory_order_release);
 }
 
-/* Before the chunk can go anywhere (a release store: a thread that gets the
- * memory next and hands a block of it to the owner has seen the entry go). */
-void heap_frames_remove(heap_t *h, uintptr_t c) {
-  _Atomic(uintptr_t) *e = &h->frames[heap_frame_of(c)];
-  if (atomic_load_explicit(e, memory_order_relaxed) == c) atomic_store_explicit(e, FRAME_NONE, memory_order_release);
+/* Before the chunk can go anywhere; only if the entry still names it (a CAS:
+ * another heap may have taken the entry for its own chunk meanwhile). */
+void small_frames_remove(uintptr_t c) {
+  uintptr_t e = c;
+  atomic_compare_exchange_strong_explicit(&locus_small_frames[small_frame_of(c)], &e, FRAME_NONE,
+                                          memory_order_release, memory_order_relaxed);
 }
 
 void heap_chunk_release(heap_t *h, chunk_t *c) {
   chunk_unlink(h, c);
-  if (c->r.kind == REGION_SMALL) heap_frames_remove(h, (uintptr_t)c);
+  if (c->r.kind == REGION_SMALL) small_frames_remove((uintptr_t)c);
   if (!h->spare && c->r.size == CHUNK_SIZE && h->state == HEAP_LIVE) {
     h->spare = c;
     h->spare_ns = adapt_active() ? adapt_now() : 0;
@@ -224,7 +224,7 @@ void heap_chunk_release(heap_t *h, chunk_t *c) {
 
 void heap_chunk_drop(heap_t *h, chunk_t *c) {
   chunk_unlink(h, c);
-  if (c->r.kind == REGION_SMALL) heap_frames_remove(h, (uintptr_t)c);
+  if (c->r.kind == REGION_SMALL) small_frames_remove((uintptr_t)c);
   registry_remove(&c->r);
   source_free(&c->r);
 }
@@ -261,7 +261,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   if (kind == REGION_SMALL) {
     c->free_runs = ~(uint64_t)1;       /* run 0 holds this header */
     memset(c->runs, 0, sizeof c->runs);  /* RUN_FREE, capacity 0: no pointer is valid yet */
-    heap_frames_add(h, (uintptr_t)c);
+    small_frames_add((uintptr_t)c);
   } else {
     medium_chunk_init(h, c);
   }
@@ -301,13 +301,6 @@ void heap_collect(heap_t *h) {
   }
 }
 
-/* Nobody's free path reads an orphan's frame table. */
-static void heap_forget_hot(heap_t *h) {
-  heap_lock(h);
-  heap_frames_clear(h);
-  heap_unlock(h);
-}
-
 /* Thread exit (TSD destructor). Later destructors of the same thread may still
  * allocate: they get a heap again (adopting or creating one), which is
  * abandoned again at the next destructor round. */
@@ -324,11 +317,8 @@ static void heap_abandon(void *arg) {
   lock_acquire(&heaps_lock);
   heap_set_state(h, HEAP_ORPHAN);
   h->tid = 0;
-  /* No free path reads an orphan's frame table: it is cleared (and filled
-   * again by the runs of a thread that adopts the heap). */
-  heap_forget_hot(h);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) heap_set_state(h->placed[i], HEAP_ORPHAN), h->placed[i]->tid = 0, heap_forget_hot(h->placed[i]);
+    if (h->placed[i]) heap_set_state(h->placed[i], HEAP_ORPHAN), h->placed[i]->tid = 0;
   /* Parked under the lock, as a collector of orphans would: the heap is
    * nobody's now. (A later destructor of this thread gets another heap.) */
   heap_collect(h);

@@ -91,8 +91,6 @@ typedef struct mblock_s {
 
 typedef struct { mblock_t *head, *tail; } mbin_t;
 
-#define HEAP_FRAMES 128          /* entries of heap_t.frames: 512 MiB of address space */
-
 typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
 
 /* Placement of a heap: a thread's main heap serves malloc; its placed
@@ -197,21 +195,6 @@ typedef struct heap_s {
   atomic_size_t st_large_allocs;
   atomic_size_t st_remote_frees;   /* blocks freed by other threads, drained */
   atomic_size_t st_reclaimed_runs; /* current runs taken back from an idle owner by remote frees */
-  /* The heap's own small chunks, so that the owner's free knows a block is
-   * its own without the registry. Small chunks start on a multiple of
-   * CHUNK_SIZE (SRC_ALIGNED), so a block's chunk is its address masked; the
-   * table, direct-mapped on that 4 MiB frame, says whether the chunk is this
-   * heap's: one load and a compare (heap_frame_owns). A chunk whose entry
-   * another chunk of the heap holds (512 MiB apart) takes the registry path.
-   * Empty entries hold FRAME_NONE.
-   * Invariant: a non-empty entry names a small chunk of this heap on
-   * h->small_chunks, in the entry of its frame (validated in the debug
-   * build). Entries are written under h->lock (the owner's chunk allocation,
-   * the chunk release of the owner or of a remote free retiring the last
-   * run, exit and adoption) and read by the owner without it: a valid free
-   * keeps its chunk alive, and an entry that is stale, cleared or another
-   * chunk's does not equal the masked address. */
-  _Atomic(uintptr_t) frames[HEAP_FRAMES];
 } heap_t;
 
 /* A heap's state is written under heaps_lock and read without it by a
@@ -240,21 +223,35 @@ static inline void heap_stat_add_shared(atomic_size_t *c, size_t n) {
 }
 void heaps_report(void (*line)(void *, const heap_t *), void *ctx);
 
+/* The small chunks of every heap, so that a free knows its block is in one
+ * without the registry. Small chunks start on a multiple of CHUNK_SIZE
+ * (SRC_ALIGNED), so a block's chunk is its address masked; this table,
+ * direct-mapped on that 4 MiB frame, says whether the masked address is a
+ * small chunk: one load and a compare (small_frame_holds). Then the chunk's
+ * header names the owner heap: the thread's own block, or another's. A
+ * chunk whose entry another chunk holds (16 GiB apart) takes the registry
+ * path. Empty entries hold FRAME_NONE.
+ * Invariant: a non-empty entry names a live small chunk, in the entry of its
+ * frame. An entry is set after the chunk is in the registry (heap_chunk_alloc)
+ * and cleared, if it still names the chunk, before the chunk leaves it
+ * (heap_chunk_release, heap_chunk_drop); entries are read without a lock: a
+ * valid free keeps its chunk alive, and an entry that is stale, cleared or
+ * another chunk's does not equal the masked address. */
+#define SMALL_FRAMES 4096u
 #define FRAME_NONE ((uintptr_t)1)      /* equals no chunk address: chunks are aligned */
+extern _Atomic(uintptr_t) locus_small_frames[SMALL_FRAMES] __attribute__((visibility("hidden")));
 static ALWAYS_INLINE uintptr_t small_chunk_of(const void *p) { return (uintptr_t)p & ~(uintptr_t)(CHUNK_SIZE - 1); }
-static ALWAYS_INLINE unsigned heap_frame_of(uintptr_t a) {
-  return (unsigned)(a >> 22) & (HEAP_FRAMES - 1);   /* 22: log2(CHUNK_SIZE) */
+static ALWAYS_INLINE unsigned small_frame_of(uintptr_t c) {
+  return (unsigned)(c >> 22) & (SMALL_FRAMES - 1);   /* 22: log2(CHUNK_SIZE) */
 }
-/* Whether p lies in a small chunk of h that h's frame table holds (then that
- * chunk is small_chunk_of(p)). The owner's free path; p may be any address. */
-static ALWAYS_INLINE bool heap_frame_owns(const heap_t *h, const void *p) {
-  uintptr_t c = small_chunk_of(p);
-  return atomic_load_explicit(&h->frames[heap_frame_of(c)], memory_order_relaxed) == c;
+/* Whether c (an address masked by small_chunk_of) is a small chunk that the
+ * table holds. p may be any address. */
+static ALWAYS_INLINE bool small_frame_holds(uintptr_t c) {
+  return atomic_load_explicit(&locus_small_frames[small_frame_of(c)], memory_order_relaxed) == c;
 }
-/* Records / forgets a small chunk of h (h->lock held, or h private). */
-void heap_frames_add(heap_t *h, uintptr_t c);
-void heap_frames_remove(heap_t *h, uintptr_t c);
-void heap_frames_clear(heap_t *h);
+/* Records / forgets a small chunk (its heap's lock held, or the heap private). */
+void small_frames_add(uintptr_t c);
+void small_frames_remove(uintptr_t c);
 
 /* The TLS model is a build option: initial-exec (one load, for LD_PRELOAD and
  * linking) or the dynamic model that dlopen always accepts. */

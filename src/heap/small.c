@@ -347,7 +347,7 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
   c->free_runs |= (uint64_t)1 << i;
   if (c->free_runs != ~(uint64_t)1) return;
   if (owner) heap_chunk_release(h, c);
-  else heap_chunk_drop(h, c);          /* leaves the owner's frame table first */
+  else heap_chunk_drop(h, c);          /* leaves the frame table first */
 }
 
 /* Ends a run's full period: back on the partial list; a notification still
@@ -622,7 +622,6 @@ void small_collect_all(heap_t *h, bool park) {
  * were parked full; those with free blocks serve again. */
 void small_unpark(heap_t *h) {
   small_collect_all(h, false);
-  for (chunk_t *c = h->small_chunks; c; c = c->next) heap_frames_add(h, (uintptr_t)c);
   for (chunk_t *c = h->small_chunks; c; c = c->next)
     for (unsigned i = 1; i < RUNS_PER_CHUNK; i++) {
       run_t *run = &c->runs[i];

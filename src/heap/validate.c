@@ -174,17 +174,18 @@ static void check_medium(heap_t *h) {
   if (listed != free_blocks) FAIL("%zu free medium blocks, %zu on the bins", free_blocks, listed);
 }
 
-/* Every entry of the frame table names a small chunk of h, in its frame's
- * entry (heap.h). */
+/* The process-wide frame table (heap.h): every entry is empty or a chunk
+ * address in the entry of its frame (other heaps' chunks may come and go
+ * meanwhile: only the values are checked), and h's spare chunk, which
+ * serves no block, is in none. */
 static void check_frames(heap_t *h) {
-  for (unsigned i = 0; i < HEAP_FRAMES; i++) {
-    uintptr_t e = atomic_load_explicit(&h->frames[i], memory_order_relaxed);
-    if (e == FRAME_NONE) continue;
-    chunk_t *c = h->small_chunks;
-    while (c && (uintptr_t)c != e) c = c->next;
-    if (!c) FAIL("frame table entry %u: %p is not a small chunk of the heap", i, (void *)e);
-    if (heap_frame_of(e) != i) FAIL("frame table entry %u: chunk %p belongs in another entry", i, (void *)e);
+  for (unsigned i = 0; i < SMALL_FRAMES; i++) {
+    uintptr_t e = atomic_load_explicit(&locus_small_frames[i], memory_order_relaxed);
+    if (e != FRAME_NONE && (e != small_chunk_of((void *)e) || small_frame_of(e) != i))
+      FAIL("frame table entry %u: %p is not a chunk address of that frame", i, (void *)e);
   }
+  if (h->spare && small_frame_holds((uintptr_t)h->spare))
+    FAIL("the spare chunk %p is in the frame table", (void *)h->spare);
 }
 
 /* The owner is outside its pop (it validates): `pop` is idle or probed,
