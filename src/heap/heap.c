@@ -239,7 +239,8 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   chunk_t *c;
   /* Small chunks are aligned on their size (SRC_ALIGNED); a spare that was a
    * medium chunk is only by chance. */
-  if (h->spare && h->spare->r.size == size && (kind != REGION_SMALL || small_chunk_of(h->spare) == (uintptr_t)h->spare)) {
+  chunk_t *sp = h->spare;
+  if (sp && sp->r.size == size && (kind != REGION_SMALL || small_chunk_of(sp) == (uintptr_t)sp)) {
     c = h->spare;
     h->spare = NULL;
     c->r.zeroed = false;               /* it served blocks before */
