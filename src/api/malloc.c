@@ -72,9 +72,17 @@ void *heap_malloc(heap_t *h, size_t size) {
   return big_alloc_in(h, size, ALIGN_MIN, false);
 }
 
-/* malloc without a heap yet, or of a medium or large block. */
+/* malloc without a heap yet, or of a medium or large block. The heap
+ * first: getting the thread its first heap initialises locus, the class
+ * table included, and the first call of the process may come before locus's
+ * constructor (from another library's: lifecycle_first_alloc). With the
+ * class looked up as an argument beside heap_get(), GCC read the table
+ * first: an empty table, class 0, a 16-byte block for any small request. */
 static NOINLINE void *malloc_other(size_t size) {
-  if (size <= SMALL_MAX) return small_alloc(heap_get(), size_class(size));
+  if (size <= SMALL_MAX) {
+    heap_t *h = heap_get();
+    return small_alloc(h, size_class(size));
+  }
   return big_alloc(size, ALIGN_MIN, false);
 }
 
@@ -100,16 +108,18 @@ static unsigned aligned_class(size_t size, size_t align) {
 void *locus_alloc_aligned(size_t size, size_t align) {
   if (align <= ALIGN_MIN) return locus_malloc(size);
   if (unlikely(size > MAX_REQUEST)) return fail_enomem();
+  heap_t *h = heap_get();              /* before the class table is read (malloc_other) */
   unsigned c = aligned_class(size, align);
-  if (c < NUM_CLASSES) return small_alloc(heap_get(), c);
-  return big_alloc(size, align, false);
+  if (c < NUM_CLASSES) return small_alloc(h, c);
+  return big_alloc_in(h, size, align, false);
 }
 
 LOCUS_EXPORT void *locus_calloc(size_t count, size_t size) {
   size_t n;
   if (unlikely(__builtin_mul_overflow(count, size, &n))) return fail_enomem();
   if (likely(n <= SMALL_MAX)) {
-    void *p = small_alloc(heap_get(), size_class(n));
+    heap_t *h = heap_get();            /* before the class table is read (malloc_other) */
+    void *p = small_alloc(h, size_class(n));
     if (p) memset(p, 0, n);
     return p;
   }
