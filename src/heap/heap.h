@@ -244,8 +244,8 @@ static ALWAYS_INLINE uintptr_t small_chunk_of(const void *p) { return (uintptr_t
 static ALWAYS_INLINE unsigned small_frame_of(uintptr_t c) {
   return (unsigned)(c >> 22) & (SMALL_FRAMES - 1);   /* 22: log2(CHUNK_SIZE) */
 }
-/* Whether c (an address masked by small_chunk_of) is a small chunk that the
- * table holds. p may be any address. */
+/* Whether c (any address masked by small_chunk_of) is a small chunk that
+ * the table holds. */
 static ALWAYS_INLINE bool small_frame_holds(uintptr_t c) {
   return atomic_load_explicit(&locus_small_frames[small_frame_of(c)], memory_order_relaxed) == c;
 }
