@@ -108,7 +108,7 @@ static unsigned aligned_class(size_t size, size_t align) {
 void *locus_alloc_aligned(size_t size, size_t align) {
   if (align <= ALIGN_MIN) return locus_malloc(size);
   if (unlikely(size > MAX_REQUEST)) return fail_enomem();
-  heap_t *h = heap_get();              /* before the class table is read (malloc_other) */
+  heap_t *h = heap_get();              /* first: it initialises the class table, see malloc_other */
   unsigned c = aligned_class(size, align);
   if (c < NUM_CLASSES) return small_alloc(h, c);
   return big_alloc_in(h, size, align, false);
@@ -118,7 +118,7 @@ LOCUS_EXPORT void *locus_calloc(size_t count, size_t size) {
   size_t n;
   if (unlikely(__builtin_mul_overflow(count, size, &n))) return fail_enomem();
   if (likely(n <= SMALL_MAX)) {
-    heap_t *h = heap_get();            /* before the class table is read (malloc_other) */
+    heap_t *h = heap_get();            /* first: it initialises the class table, see malloc_other */
     void *p = small_alloc(h, size_class(n));
     if (p) memset(p, 0, n);
     return p;
