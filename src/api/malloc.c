@@ -192,13 +192,6 @@ static NO_IPA void free_small_bad(chunk_t *c, void *p, const char *fn) {
   locus_fatal("%s(): invalid pointer %p (small block check failed)", fn, p);
 }
 
-/* The run descriptor of a block of small chunk c (its address alone). */
-static ALWAYS_INLINE run_t *small_run_of(chunk_t *c, const void *p, size_t *off) {
-  size_t o = (uintptr_t)p - (uintptr_t)c;
-  *off = o & (RUN_SIZE - 1);
-  return (run_t *)((char *)c->runs + ((o >> (RUN_SHIFT - RUN_DESC_SHIFT)) & ~(sizeof(run_t) - 1)));
-}
-
 /* A small block of another heap than h: a placed sub-heap of the thread's
  * (local), or another thread's (small_free_foreign). A tail jump from the
  * owner's path, with few arguments (no stack frame there). */
@@ -229,7 +222,7 @@ static NOINLINE void free_small_other(heap_t *h, run_t *run, size_t idx, void *p
  * back. */
 static ALWAYS_INLINE void free_small(heap_t *h, chunk_t *c, void *p, const char *fn) {
   size_t off;
-  run_t *run = small_run_of(c, p, &off);
+  run_t *run = chunk_run_of(c, p, &off);
   size_t idx = (off * run->recip) >> 32;
   if (unlikely(idx * run->bsize != off)) {
     free_small_bad(c, p, fn);

@@ -525,11 +525,12 @@ static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) 
   }
   if (unlikely(nw & TF_NOTIFYING)) small_notify(owner, run);
 }
+/* The run descriptor of a block of chunk c, from the block's address alone
+ * (one shift and one mask: descriptors are indexed by a shift). */
 static ALWAYS_INLINE run_t *chunk_run_of(chunk_t *c, const void *p, size_t *off) {
   size_t o = (uintptr_t)p - (uintptr_t)c;
-  run_t *run = &c->runs[o >> RUN_SHIFT];
   *off = o & (RUN_SIZE - 1);
-  return run;
+  return (run_t *)((char *)c->runs + ((o >> (RUN_SHIFT - RUN_DESC_SHIFT)) & ~(sizeof(run_t) - 1)));
 }
 static ALWAYS_INLINE char *run_start(chunk_t *c, run_t *run) {
   return (char *)c + ((size_t)(run - c->runs) << RUN_SHIFT);

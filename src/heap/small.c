@@ -644,15 +644,16 @@ void small_cache_init(heap_t *h) {
   }
 }
 
-/* Gives a detached list of cached blocks to their runs, as the owner's
- * frees would have (a run may retire, and its chunk go back); blocks of
- * other heaps go to their runs' thread_free (small_free_foreign). */
+/* The chunk of a cached block: small chunks are aligned on their size. */
 static chunk_t *cached_chunk(void **b) {
   chunk_t *c = (chunk_t *)small_chunk_of(b);
   LOCUS_ASSERT(registry_lookup(b) == &c->r && c->r.kind == REGION_SMALL);
   return c;
 }
 
+/* Gives a detached list of cached blocks to their runs, as the owner's
+ * frees would have (a run may retire, and its chunk go back); blocks of
+ * other heaps go to their runs' thread_free (small_free_foreign). */
 static void cache_release(heap_t *h, void **b) {
   while (b) {
     void **next = b[0];
