@@ -192,9 +192,10 @@ static NO_IPA void free_small_bad(chunk_t *c, void *p, const char *fn) {
   locus_fatal("%s(): invalid pointer %p (small block check failed)", fn, p);
 }
 
-/* A small block of another heap than h: a placed sub-heap of the thread's
- * (local), or another thread's (small_free_foreign). A tail jump from the
- * owner's path, with few arguments (no stack frame there). */
+/* A small block of another heap than h that free_small did not cache: a
+ * placed sub-heap of the thread's (local), a block to check and report, or
+ * another thread's block for a full cache or for its run (small_free_foreign).
+ * A tail jump from free_small, with few arguments (no stack frame there). */
 static NOINLINE void free_small_other(heap_t *h, run_t *run, size_t idx, void *p, const char *fn) {
   chunk_t *c = (chunk_t *)small_chunk_of(p);
   heap_t *owner = c->r.heap;
@@ -206,20 +207,21 @@ static NOINLINE void free_small_other(heap_t *h, run_t *run, size_t idx, void *p
     small_free_local(owner, c, run, p, block_tag(p));
     return;
   }
-  if (unlikely(idx >= run->capacity)) {
+  if (unlikely(!run_carved_shared(run, idx))) {
     free_small_bad(c, p, fn);
     return;
   }
-  small_free_foreign(h, owner, run, idx, p);
+  small_free_foreign(h, owner, run, p);
 }
 
 /* The free of a block of small chunk c, by any thread (h: its heap, or
  * NULL). Checks, each a tail jump to free_small_bad: the offset is a block
- * start (reciprocal multiply), not tagged freed (double free); for the
- * owner, a carved block (run_carved); for another thread, below the run's
- * capacity, and carved (run_carved_shared) before it caches the block
- * (small_free_foreign), else the owner checks it when it takes the block
- * back. */
+ * start (reciprocal multiply), not tagged freed (double free), a carved
+ * block (run_carved for the owner, run_carved_shared for another thread,
+ * which implies below the capacity). The owner's block goes to its thread
+ * cache; another live main heap's block of the same node too, while the
+ * class's list has room (small_free_foreign): the same push, inline; the
+ * rest through free_small_other. */
 static ALWAYS_INLINE void free_small(heap_t *h, chunk_t *c, void *p, const char *fn) {
   size_t off;
   run_t *run = chunk_run_of(c, p, &off);
@@ -241,6 +243,14 @@ static ALWAYS_INLINE void free_small(heap_t *h, chunk_t *c, void *p, const char 
     }
     small_free_local(h, c, run, p, tag);
     return;
+  }
+  if (likely(h) && small_foreign_cacheable(h, owner)) {
+    tcache_t *t = &h->cache[run->cls];
+    if (likely(t->room) && likely(run_carved_shared(run, idx))) {
+      h->cache_foreign = true;
+      tcache_push(t, p, tag);
+      return;
+    }
   }
   free_small_other(h, run, idx, p, fn);
 }

@@ -53,9 +53,17 @@ typedef struct run_s {
   /* shape */
   uint32_t bsize;
   uint32_t recip;              /* ceil(2^32/bsize): offset -> index without a divide */
+  /* The carved blocks are first .. first + carved - 1 (run_carved). Both
+   * halves are written together, as `span`, by the owner only, so that
+   * another thread reads a pair the run had in one load (run_carved_shared). */
+  union {
+    struct {
+      uint16_t first;          /* the run's color: the block its carving starts at (run_new) */
+      uint16_t carved;         /* blocks carved so far */
+    };
+    uint32_t span;
+  };
   uint16_t capacity;           /* blocks that fit in the run */
-  uint16_t carved;             /* blocks carved so far: first .. first + carved - 1 (see run_carved) */
-  uint16_t first;              /* the run's color: the block its carving starts at (run_new) */
   uint8_t cls;
   /* lists */
   void *free __attribute__((aligned(64)));   /* malloc pops here, the owner's frees push here */
@@ -547,15 +555,23 @@ static ALWAYS_INLINE char *run_start(chunk_t *c, run_t *run) {
 static ALWAYS_INLINE bool run_carved(const run_t *run, size_t idx) {
   return idx - run->first < run->carved;
 }
-/* The same, for another thread than the owner. run_extend stores `carved`
- * before `first` (a release), and this loads `first` first (an acquire):
- * the range read is one the run had, or the old `first` with the new
- * `carved`, a superset (where the tail slack would pass: small_check
- * rejects it first). A valid block was carved before it was handed out,
- * which happened before its free: it is in the range read. */
+/* The same, for another thread than the owner: `first` and `carved` in one
+ * load, a pair the run had (the owner writes them together: run_set_span),
+ * so first + carved <= capacity holds for what is read and a block that
+ * passes is below the capacity. A valid block was carved before it was
+ * handed out, which happened before its free: the pair read covers it. */
+typedef union {                        /* run_t's span, with the halves named in the same order */
+  struct { uint16_t first, carved; };
+  uint32_t span;
+} run_span_t;
 static ALWAYS_INLINE bool run_carved_shared(const run_t *run, size_t idx) {
-  size_t first = __atomic_load_n(&run->first, __ATOMIC_ACQUIRE);
-  return idx - first < __atomic_load_n(&run->carved, __ATOMIC_RELAXED);
+  run_span_t s = {.span = __atomic_load_n(&run->span, __ATOMIC_RELAXED)};
+  return idx - s.first < s.carved;
+}
+/* The owner sets the carved range (one store: run_carved_shared). */
+static ALWAYS_INLINE void run_set_span(run_t *run, unsigned first, unsigned carved) {
+  run_span_t s = {.first = (uint16_t)first, .carved = (uint16_t)carved};
+  __atomic_store_n(&run->span, s.span, __ATOMIC_RELAXED);
 }
 /* Index of the block starting at offset `off` of the run, or a value >=
  * capacity when off is not a block start. Reads only fields fixed when the
@@ -565,7 +581,7 @@ static ALWAYS_INLINE size_t run_index(const run_t *run, size_t off) {
   return idx * run->bsize == off ? idx : SIZE_MAX;
 }
 
-/* Another thread's free of a checked block (idx: its index in the run):
+/* Another thread's free of a checked block (carved: run_carved_shared):
  * onto the freeing thread's own cache when its heap h may reuse the block
  * (the owner is a main heap of the same node: placed blocks go back to their
  * placement, and memory freed on a node is reused on that node only) and
@@ -579,11 +595,15 @@ static ALWAYS_INLINE size_t run_index(const run_t *run, size_t off) {
  * of it takes this slower path; blocks of an exited thread (a server that
  * hands work to a new thread: bench_ab_larson) would stay foreign for good,
  * where sent home they are reused by the heap's next thread. A stale read
- * of the state only costs that. */
-static ALWAYS_INLINE void small_free_foreign(heap_t *h, heap_t *owner, run_t *run, size_t idx, void *p) {
-  if (h && __atomic_load_n(&owner->cache_node, __ATOMIC_RELAXED) == h->node) {
+ * of the state only costs that. free_small makes the common case (room in
+ * the list) inline; this is the rest. */
+static ALWAYS_INLINE bool small_foreign_cacheable(const heap_t *h, const heap_t *owner) {
+  return __atomic_load_n(&owner->cache_node, __ATOMIC_RELAXED) == h->node;
+}
+static ALWAYS_INLINE void small_free_foreign(heap_t *h, heap_t *owner, run_t *run, void *p) {
+  if (h && small_foreign_cacheable(h, owner)) {
     tcache_t *t = &h->cache[run->cls];
-    if (t->room && run_carved_shared(run, idx)) {
+    if (t->room) {
       tcache_push(t, p, block_tag(p));
       h->cache_foreign = true;
       return;

@@ -50,9 +50,8 @@ static void run_init(run_t *run, unsigned cls, uint16_t color) {
   uint32_t bs = locus_class_size[cls];
   run->free = NULL;
   run_used_set(run, 0);
-  run->carved = 0;
   run->capacity = (uint16_t)(RUN_SIZE / bs);
-  run->first = (uint16_t)((color / bs) % run->capacity);   /* a block near byte `color` */
+  run_set_span(run, (color / bs) % run->capacity, 0);   /* from a block near byte `color` */
   run->cls = (uint8_t)cls;
   run->bsize = bs;
   run->recip = (uint32_t)(((uint64_t)1 << 32) / bs + 1);
@@ -85,13 +84,11 @@ static void run_extend(chunk_t *c, run_t *run) {
      * most twice the pages it has handed out. */
     if (n < run->carved) n = run->carved;
     if (n > run->capacity - at) n = run->capacity - at;
-    /* read by other threads' frees (run_carved_shared) */
-    __atomic_store_n(&run->carved, (uint16_t)(run->carved + n), __ATOMIC_RELAXED);
+    run_set_span(run, run->first, run->carved + n);
   } else {                             /* the blocks before `first`, the last ones */
     at = 0;
     n = run->first;
-    __atomic_store_n(&run->carved, run->capacity, __ATOMIC_RELAXED);
-    __atomic_store_n(&run->first, 0, __ATOMIC_RELEASE);   /* after `carved`: run_carved_shared */
+    run_set_span(run, 0, run->capacity);
   }
   LOCUS_ASSERT(n > 0 && run->first + run->carved <= run->capacity);
   char *b = run_start(c, run) + (size_t)at * bs;
@@ -340,7 +337,8 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
   run->state = RUN_FREE;
   atomic_store_explicit(&run->thread_free, 0, memory_order_relaxed);
   run->free = NULL;
-  run->first = run->carved = run->capacity = 0;   /* a late free into the slot is caught as invalid */
+  run_set_span(run, 0, 0);             /* a late free into the slot is caught as invalid */
+  run->capacity = 0;
   unsigned i = (unsigned)(run - c->runs);
   if (!c->free_runs && c->prev) {      /* chunk regains a free slot: move it to the head */
     c->prev->next = c->next;
