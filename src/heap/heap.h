@@ -533,12 +533,16 @@ static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) 
   }
   if (unlikely(nw & TF_NOTIFYING)) small_notify(owner, run);
 }
-/* The run descriptor of a block of chunk c, from the block's address alone
- * (one shift and one mask: descriptors are indexed by a shift). */
+/* The run descriptor of a block of small chunk c, from the block's address
+ * alone: c is aligned on CHUNK_SIZE (SRC_ALIGNED), so the block's offset in
+ * the chunk is its address's low bits, and descriptors are indexed by a
+ * shift (one shift and one mask, no subtraction). */
 static ALWAYS_INLINE run_t *chunk_run_of(chunk_t *c, const void *p, size_t *off) {
-  size_t o = (uintptr_t)p - (uintptr_t)c;
-  *off = o & (RUN_SIZE - 1);
-  return (run_t *)((char *)c->runs + ((o >> (RUN_SHIFT - RUN_DESC_SHIFT)) & ~(sizeof(run_t) - 1)));
+  LOCUS_ASSERT(((uintptr_t)c & (CHUNK_SIZE - 1)) == 0);
+  uintptr_t a = (uintptr_t)p;
+  *off = a & (RUN_SIZE - 1);
+  uintptr_t desc = (a >> (RUN_SHIFT - RUN_DESC_SHIFT)) & ((CHUNK_SIZE - 1) >> (RUN_SHIFT - RUN_DESC_SHIFT));
+  return (run_t *)((char *)c->runs + (desc & ~(sizeof(run_t) - 1)));
 }
 static ALWAYS_INLINE char *run_start(chunk_t *c, run_t *run) {
   return (char *)c + ((size_t)(run - c->runs) << RUN_SHIFT);
