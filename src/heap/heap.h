@@ -15,9 +15,10 @@
 #define RUN_SIZE ((size_t)1 << RUN_SHIFT)
 #define RUNS_PER_CHUNK (CHUNK_SIZE / RUN_SIZE)   /* run 0 holds the chunk header */
 
-/* Small size classes: 16..128 by 16, then 4 classes per doubling up to 8 KiB. */
+/* Small size classes: 16..128 by 16, then 4 classes per doubling up to 8
+ * KiB, 8 between 256 B and 1 KiB (small.c). */
 #define SMALL_MAX (8 * KiB)
-#define NUM_CLASSES 32
+#define NUM_CLASSES 40
 
 /* A run's free blocks are sharded over two lists (after mimalloc's free-list
  * sharding: Leijen, Zorn, de Moura, "Mimalloc: Free List Sharding in Action",
