@@ -442,11 +442,21 @@ def summarise(runs, workloads, allocs):
         best = None
         if peers:
             best = (min if better == "lower" else max)(peers, key=lambda t: t[1])
+        # The same ratio taken within each repetition (the allocators of one
+        # repetition run back to back), then the median: a host that slows
+        # down for a while moves a repetition's runs together.
+        by_rep = {}
+        for r in runs:
+            if r["workload"] == wid and r["ok"] and isinstance(r.get("value"), (int, float)):
+                by_rep.setdefault(r.get("rep"), {})[r["allocator"]] = r["value"]
         for n, s in per.items():
             if s.get("value") is None:
                 continue
             s["vs_glibc"] = cost(s["value"], ref, better)
             s["vs_best_peer"] = cost(s["value"], best[1], better) if best else None
+            if best:
+                xs = [cost(m[n], m[best[0]], better) for m in by_rep.values() if n in m and best[0] in m]
+                s["vs_best_peer_paired"] = median([x for x in xs if x is not None])
             if per.get("glibc", {}).get("wall_s"):
                 s["wall_vs_glibc"] = s["wall_s"] / per["glibc"]["wall_s"]
         summ[wid] = {"best_peer": best[0] if best else None, "allocators": per}
@@ -521,8 +531,13 @@ def write_markdown(path, meta, summ, allocs, runs, notes):
              "(inverted for throughputs), medians over the repetitions. **Below 1 is better than the "
              "reference**, above 1 worse. The best peer is the best of glibc, jemalloc, tcmalloc and "
              "mimalloc on that workload.\n")
-    for title, key in (("Cost relative to glibc", "vs_glibc"), ("Cost relative to the best peer", "vs_best_peer")):
+    for title, key in (("Cost relative to glibc", "vs_glibc"), ("Cost relative to the best peer", "vs_best_peer"),
+                       ("Cost relative to the best peer, paired", "vs_best_peer_paired")):
         L.append("## %s (lower is better)\n" % title)
+        if key == "vs_best_peer_paired":
+            L.append("The ratio to the best peer (the same peer as above) within each repetition, whose "
+                     "runs follow each other, then the median over the repetitions: steadier than the "
+                     "ratio of the medians when the host's speed drifts between repetitions.\n")
         L.append("| workload | " + " | ".join(names) + " |")
         L.append("|---" * (len(names) + 1) + "|")
         cols = {n: [] for n in names}
