@@ -20,8 +20,13 @@ static NOINLINE void *fail_enomem(void) {
   return NULL;
 }
 
+/* Reached in the pop window: a page of the current run carved there, or
+ * the slow path under the lock. */
 static NOINLINE void *small_slow(heap_t *h, unsigned cls) {
-  void *p = small_alloc_slow(h, cls);
+  void *p = small_carve_pop(heap_cur(h, cls));
+  heap_pop_leave(h);
+  if (likely(p)) return p;
+  p = small_alloc_slow(h, cls);
   return p ? p : fail_enomem();
 }
 
@@ -46,8 +51,7 @@ static ALWAYS_INLINE void *small_alloc(heap_t *h, unsigned cls) {
     heap_pop_leave(h);
     return b;
   }
-  heap_pop_leave(h);                   /* the slow path works under the lock */
-  return small_slow(h, cls);
+  return small_slow(h, cls);            /* still in the pop window */
 }
 
 /* Medium or large; align is a power of two >= 16. */

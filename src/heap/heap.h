@@ -389,6 +389,10 @@ static ALWAYS_INLINE unsigned run_used_dec(run_t *run) {
 static ALWAYS_INLINE void run_used_inc(run_t *run) { run_used_set(run, run->used + 1u); }
 #endif
 void *small_alloc_slow(heap_t *h, unsigned cls);
+/* In the owner's pop window: the next page of its current run, carved
+ * without the lock, and a block of it; NULL when the run has none to carve
+ * or remote frees to take first (small.c). */
+void *small_carve_pop(run_t *run);
 enum { HEAP_IDLE = 0, HEAP_POPPING = 1, HEAP_PROBED = 2 };
 /* How long an owner must not have allocated before remote frees take its
  * current runs back. Invariant: a current run is taken back only when

@@ -76,11 +76,12 @@ static inline chunk_t *run_chunk(run_t *run) {
 }
 
 /* Threads never-used blocks into the free list, from block `first` to the
- * run's end: a page's worth, then as many as are carved already; at the
- * end, every block before `first` at once, and the run is carved from block
- * 0 (run_carved). Carving lazily keeps untouched pages of a fresh run
- * untouched; a run used up to its end is in use enough that the rest may be
- * touched. */
+ * run's end, a page's worth at a time; at the end, every block before
+ * `first` at once, and the run is carved from block 0 (run_carved). Carving
+ * lazily keeps untouched pages of a fresh run untouched (a run touches at
+ * most a page more than it has handed out), and a page carved is handed out
+ * next, while its lines are in the first-level cache; a run used up to its
+ * end is in use enough that the rest may be touched. */
 static void run_extend(chunk_t *c, run_t *run) {
   uint32_t bs = run->bsize;
   unsigned at = run->first + run->carved, n;   /* the next block to carve */
@@ -88,11 +89,6 @@ static void run_extend(chunk_t *c, run_t *run) {
   if (at < run->capacity) {
     n = CARVE_SIZE / bs;
     if (n == 0) n = 1;
-    /* Doubling: a run used past its first page is in use; 5 slow paths
-     * carve a 64 KiB run instead of 16 (the bulk batch of 10^6 blocks
-     * re-carves its runs every round: 1.04x, paired), and a run touches at
-     * most twice the pages it has handed out. */
-    if (n < run->carved) n = run->carved;
     if (n > run->capacity - at) n = run->capacity - at;
     run_set_span(run, run->first, run->carved + n);
   } else {                             /* the blocks before `first`, the last ones */
@@ -163,6 +159,23 @@ static inline void *run_pop(run_t *run) {
   run_used_set(run, run->used + 1u);
   b[1] = NULL;
   return b;
+}
+
+/* The owner's malloc found its current run's list empty; it is in its pop
+ * window (heap_pop_enter). When the run has blocks left to carve and no
+ * remote frees wait on thread_free (those are taken first, under the lock:
+ * small_alloc_slow), carves the next page and pops a block, without the
+ * lock: only the owner writes a current run's `free` and carved range, and
+ * the pop window keeps other threads from taking the run back
+ * (reclaim_current), as for a pop. NULL otherwise. Before (a slow path per
+ * carve, the carve doubling to make them fewer): the bulk batch paired
+ * 1.04-1.07x, 5 % fewer first-level read misses (cachegrind). */
+void *small_carve_pop(run_t *run) {
+  if (run->carved >= run->capacity ||       /* the sentinel too: capacity 0 */
+      (atomic_load_explicit(&run->thread_free, memory_order_relaxed) & TF_COUNT_MASK))
+    return NULL;
+  run_extend(run_chunk(run), run);
+  return run_pop(run);
 }
 
 static NOINLINE void tf_corrupt(run_t *run, void *b, const char *what) {
