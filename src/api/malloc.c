@@ -23,7 +23,7 @@ static NOINLINE void *fail_enomem(void) {
 /* Reached in the pop window: a page of the current run carved there, or
  * the slow path under the lock. */
 static NOINLINE void *small_slow(heap_t *h, unsigned cls) {
-  void *p = small_carve_pop(heap_cur(h, cls));
+  void *p = small_carve_pop(h, cls);
   heap_pop_leave(h);
   if (likely(p)) return p;
   p = small_alloc_slow(h, cls);

@@ -136,7 +136,8 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
  *
  * A free that finds its class's list full gives the whole cache (every
  * class) back and turns it off (room = 0), each class until its next malloc
- * slow path (its run is used up): a long run of frees (a data structure torn
+ * that finds its current run's list empty (a page carved: small_carve_pop,
+ * or the slow path): a long run of frees (a data structure torn
  * down, or a thread freeing what others allocated) then goes to the runs,
  * which empty and go back as they would without a cache, instead of leaving
  * cached blocks that keep their runs, and the chunks of those runs, from
@@ -392,7 +393,7 @@ void *small_alloc_slow(heap_t *h, unsigned cls);
 /* In the owner's pop window: the next page of its current run, carved
  * without the lock, and a block of it; NULL when the run has none to carve
  * or remote frees to take first (small.c). */
-void *small_carve_pop(run_t *run);
+void *small_carve_pop(heap_t *h, unsigned cls);
 enum { HEAP_IDLE = 0, HEAP_POPPING = 1, HEAP_PROBED = 2 };
 /* How long an owner must not have allocated before remote frees take its
  * current runs back. Invariant: a current run is taken back only when

@@ -167,13 +167,19 @@ static inline void *run_pop(run_t *run) {
  * small_alloc_slow), carves the next page and pops a block, without the
  * lock: only the owner writes a current run's `free` and carved range, and
  * the pop window keeps other threads from taking the run back
- * (reclaim_current), as for a pop. NULL otherwise. Before (a slow path per
- * carve, the carve doubling to make them fewer): the bulk batch paired
- * 1.04-1.07x, 5 % fewer first-level read misses (cachegrind). */
-void *small_carve_pop(run_t *run) {
+ * (reclaim_current), as for a pop. NULL otherwise. A class's cache turned
+ * off by an overflow comes on here as at a slow path (each carve was one):
+ * left off until the run was used up, bench_ab_larson ran 0.86-0.97x
+ * (paired, 7-11 rounds). Against a slow path per carve (the carve then
+ * doubled to make them fewer): the bulk batch paired 1.03-1.07x, 5 % fewer
+ * first-level read misses (cachegrind). */
+void *small_carve_pop(heap_t *h, unsigned cls) {
+  run_t *run = heap_cur(h, cls);
   if (run->carved >= run->capacity ||       /* the sentinel too: capacity 0 */
       (atomic_load_explicit(&run->thread_free, memory_order_relaxed) & TF_COUNT_MASK))
     return NULL;
+  tcache_t *t = &h->cache[cls];
+  if (!t->head) t->room = t->bound;    /* as at a slow path (tcache_t) */
   run_extend(run_chunk(run), run);
   return run_pop(run);
 }
@@ -735,7 +741,7 @@ void small_cache_flush(heap_t *h) { cache_drain(h, true); }
 /* A free found its class's list full: a run of frees (a structure torn
  * down, or a thread that frees what others allocated). The block goes to
  * its run, and the whole cache, every class, goes back and is off until
- * each class's next malloc slow path (tcache_t): a class freed only a few
+ * each class's next malloc that finds its run's list empty (tcache_t): a class freed only a few
  * times in the streak would otherwise keep its blocks, and their runs and
  * chunks, for as long as the thread does not allocate again. */
 NOINLINE void small_cache_off(heap_t *h) { cache_drain(h, false); }
