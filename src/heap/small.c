@@ -741,9 +741,10 @@ void small_cache_flush(heap_t *h) { cache_drain(h, true); }
 /* A free found its class's list full: a run of frees (a structure torn
  * down, or a thread that frees what others allocated). The block goes to
  * its run, and the whole cache, every class, goes back and is off until
- * each class's next malloc that finds its run's list empty (tcache_t): a class freed only a few
- * times in the streak would otherwise keep its blocks, and their runs and
- * chunks, for as long as the thread does not allocate again. */
+ * each class's next malloc that finds its run's list empty (tcache_t): a
+ * class freed only a few times in the streak would otherwise keep its
+ * blocks, and their runs and chunks, for as long as the thread does not
+ * allocate again. */
 NOINLINE void small_cache_off(heap_t *h) { cache_drain(h, false); }
 
 NOINLINE void small_cache_overflow(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {

@@ -2,7 +2,8 @@
  * - a block the thread frees is its next malloc of the class, whichever run
  *   it lies in, and stays counted in its run (`used` unchanged);
  * - a run of frees longer than the bound sends the whole cache to the runs
- *   and turns it off until each class's next malloc slow path;
+ *   and turns it off until each class's next malloc that finds its run's
+ *   list empty;
  * - locus_collect gives the cache back to the runs; an exited thread's own
  *   blocks stay cached with its heap for the thread that adopts it, other
  *   heaps' blocks go home at its exit;
