@@ -21,11 +21,16 @@ static NOINLINE void *fail_enomem(void) {
 }
 
 /* Reached in the pop window: a page of the current run carved there, or
- * the slow path under the lock. */
+ * the slow path under the lock. A carve counts as a slow-path operation
+ * (heap_debug_tick: the adaptive controller's tick, the debug build's
+ * validation), outside the window, where the validator expects the heap. */
 static NOINLINE void *small_slow(heap_t *h, unsigned cls) {
   void *p = small_carve_pop(h, cls);
   heap_pop_leave(h);
-  if (likely(p)) return p;
+  if (likely(p)) {
+    heap_debug_tick(h);
+    return p;
+  }
   p = small_alloc_slow(h, cls);
   return p ? p : fail_enomem();
 }
