@@ -606,7 +606,8 @@ static ALWAYS_INLINE size_t run_index(const run_t *run, size_t off) {
  * hands work to a new thread: bench_ab_larson) would stay foreign for good,
  * where sent home they are reused by the heap's next thread. A stale read
  * of the state only costs that. free_small makes the common case (room in
- * the list) inline; this is the rest. */
+ * the list) inline; this is the rest (its push serves a free that read the
+ * owner's state again after the owner's thread came or went). */
 static ALWAYS_INLINE bool small_foreign_cacheable(const heap_t *h, const heap_t *owner) {
   return __atomic_load_n(&owner->cache_node, __ATOMIC_RELAXED) == h->node;
 }

@@ -161,6 +161,12 @@ static inline void *run_pop(run_t *run) {
   return b;
 }
 
+/* A class's list turned off by an overflow comes on again (tcache_t): at
+ * the class's next malloc that finds its run's list empty. */
+static inline void cache_class_on(tcache_t *t) {
+  if (!t->head) t->room = t->bound;
+}
+
 /* The owner's malloc found its current run's list empty; it is in its pop
  * window (heap_pop_enter). When the run has blocks left to carve and no
  * remote frees wait on thread_free (those are taken first, under the lock:
@@ -178,8 +184,7 @@ void *small_carve_pop(heap_t *h, unsigned cls) {
   if (run->carved >= run->capacity ||       /* the sentinel too: capacity 0 */
       (atomic_load_explicit(&run->thread_free, memory_order_relaxed) & TF_COUNT_MASK))
     return NULL;
-  tcache_t *t = &h->cache[cls];
-  if (!t->head) t->room = t->bound;    /* as at a slow path (tcache_t) */
+  cache_class_on(&h->cache[cls]);      /* as at a slow path */
   run_extend(run_chunk(run), run);
   return run_pop(run);
 }
@@ -332,8 +337,7 @@ void *small_alloc_slow(heap_t *h, unsigned cls) {
     if (h == &locus_oom_heap) return NULL;
   }
   heap_debug_tick(h);
-  tcache_t *t = &h->cache[cls];
-  if (!t->head) t->room = t->bound;    /* a cache turned off by an overflow comes on again (tcache_t) */
+  cache_class_on(&h->cache[cls]);
   heap_lock(h);
   void *p = alloc_slow_locked(h, cls);
   recheck_unlock(h);
