@@ -69,7 +69,7 @@ typedef struct run_s {
   /* lists */
   void *free __attribute__((aligned(64)));   /* malloc pops here, the owner's frees push here */
   uint16_t used;               /* blocks handed out (those on thread_free included until collected) */
-  uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL: the owner's view */
+  uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL: the owner's view; run_set_state */
   _Atomic(uintptr_t) thread_free; /* remote frees, see above */
   struct run_s *next, *prev;   /* the heap's list of non-full runs of this class */
   struct run_s *_Atomic notify_next; /* link on the owner heap's notify stack */
@@ -349,6 +349,19 @@ static ALWAYS_INLINE unsigned size_class(size_t size) {
  * an atomic 16-bit decrement into four instructions instead of one); the
  * thread sanitizer must see atomics. */
 static ALWAYS_INLINE unsigned run_used(const run_t *run) { return __atomic_load_n(&run->used, __ATOMIC_ACQUIRE); }
+/* `state` is written under the heap's lock only, but the owner reads it
+ * without the lock when it frees (small_free_run), and the writer may be
+ * another thread: a remote free that retires a run drains the notify stack
+ * (a full run of the stack becomes RUN_ACTIVE and partial). The owner acts
+ * right on either value: RUN_FULL takes the lock and decides again
+ * (small_free_update); RUN_ACTIVE pushes onto the run's own list, which
+ * only the owner touches while it holds one of the run's blocks. So the
+ * accesses are atomic, for the language and the thread sanitizer, and
+ * unordered (a plain byte load or store on x86-64 and aarch64). */
+static ALWAYS_INLINE unsigned run_state(const run_t *run) { return __atomic_load_n(&run->state, __ATOMIC_RELAXED); }
+static ALWAYS_INLINE void run_set_state(run_t *run, unsigned st) {
+  __atomic_store_n(&run->state, (uint8_t)st, __ATOMIC_RELAXED);
+}
 #if defined(__SANITIZE_THREAD__)      /* GCC */
 #define LOCUS_TSAN 1
 #elif defined(__has_feature)
@@ -457,7 +470,7 @@ static ALWAYS_INLINE void small_free_run(heap_t *h, chunk_t *c, run_t *run, void
   LOCUS_ASSERT(run->used > 0 && run->used <= run->carved && run->carved <= run->capacity);
   void **b = p;
   b[1] = (void *)tag;
-  if (unlikely(run->state == RUN_FULL)) {
+  if (unlikely(run_state(run) == RUN_FULL)) {
     small_free_update(h, c, run, b);
     return;
   }
