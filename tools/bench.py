@@ -456,7 +456,7 @@ def summarise(runs, workloads, allocs):
             s["vs_best_peer"] = cost(s["value"], best[1], better) if best else None
             if best:
                 xs = [cost(m[n], m[best[0]], better) for m in by_rep.values() if n in m and best[0] in m]
-                s["vs_best_peer_paired"] = median([x for x in xs if x is not None])
+                s["vs_best_peer_paired"] = median(xs)   # skips what cost() left as None
             if per.get("glibc", {}).get("wall_s"):
                 s["wall_vs_glibc"] = s["wall_s"] / per["glibc"]["wall_s"]
         summ[wid] = {"best_peer": best[0] if best else None, "allocators": per}
