@@ -23,6 +23,7 @@ run ab_batch_2t ab_batch --threads 2
 run ab_bulk1m_1t ab_batch --batch 1000000 --min 16 --max 256 --threads 1
 run ab_prodcons ab_prodcons
 run ab_exchange_2t ab_exchange --threads 2
+run ab_lockstep ab_lockstep
 run ab_larson ab_larson
 run ab_churn ab_churn
 run ab_cxx ab_cxx
