@@ -1,5 +1,5 @@
 /* The OS layer: memory, processes, files. Every system call of locus is in
- * this file or in features.c. */
+ * src/os/: this file, features.c, pressure.c, zero.c (calloc's clearing). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

@@ -100,15 +100,11 @@ static void classify(char *base, size_t n, unsigned char *st, pagemap_t *pm) {
     memset(st, OS_ZERO_PRESENT, n);
     return;
   }
-  size_t lo = n, hi = 0;                 /* the span of the non-resident pages */
-  for (size_t i = 0; i < n; i++) {
-    st[i] = (st[i] & 1) ? OS_ZERO_PRESENT : OS_ZERO_EMPTY;
-    if (st[i] == OS_ZERO_EMPTY) {
-      if (lo == n) lo = i;
-      hi = i + 1;
-    }
-  }
-  if (lo == n || (!swap_before && !swap_possible())) return;
+  for (size_t i = 0; i < n; i++) st[i] &= 1;   /* OS_ZERO_PRESENT or OS_ZERO_EMPTY */
+  unsigned char *z = memchr(st, OS_ZERO_EMPTY, n);
+  if (!z || (!swap_before && !swap_possible())) return;
+  size_t lo = (size_t)(z - st), hi = n;  /* the span of the non-resident pages */
+  while (st[hi - 1] != OS_ZERO_EMPTY) hi--;
   uint64_t e[PM_CHUNK];
   uintptr_t first = (uintptr_t)base / page;
   for (size_t i = lo; i < hi; i += PM_CHUNK) {
