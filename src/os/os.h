@@ -47,10 +47,11 @@ unsigned char os_zero_page_state(uint64_t entry);
  * start, length) for each run to write or drop, in address order. */
 typedef void (*os_zero_act_fn)(void *ctx, int kind, char *start, size_t len);
 void os_zero_plan(char *base, size_t n, const unsigned char *st, bool keep_huge, os_zero_act_fn act, void *ctx);
-/* Test hook: OS_ZERO_REAL asks the kernel whether there is swap;
- * OS_ZERO_SWAP acts as if there were; OS_ZERO_NO_PAGEMAP also as if
- * /proc/self/pagemap could not be opened. */
-enum { OS_ZERO_REAL = 0, OS_ZERO_SWAP = 1, OS_ZERO_NO_PAGEMAP = 2 };
+/* Test hook, flags: none (OS_ZERO_REAL) asks the kernel whether there is
+ * swap; OS_ZERO_SWAP acts as if there were; OS_ZERO_NO_PAGEMAP also as if
+ * /proc/self/pagemap could not be opened; OS_ZERO_SWAP_LATE as if swap were
+ * turned on just after a call's first check. */
+enum { OS_ZERO_REAL = 0, OS_ZERO_SWAP = 1, OS_ZERO_NO_PAGEMAP = 2, OS_ZERO_SWAP_LATE = 4 };
 void os_zero_test_mode(int mode);
 /* Fresh zeroed pages whose start is a multiple of `align` (a power of two
  * above the page size): maps size + align and unmaps the excess head and tail. */

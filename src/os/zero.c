@@ -14,16 +14,18 @@
  * mincore.c); /proc/self/pagemap tells them apart (bit 63 present, bit 62
  * swapped; readable without privileges, which only hides frame numbers).
  *
- * The rule, per batch of pages:
+ * The rule, in batches of 4,096 pages:
  *  1. mincore: resident pages are present (a swapped page in the swap cache
  *     counts as resident: writing it or dropping it clears it either way).
  *     If mincore fails, every page is treated as present.
- *  2. No page left: done. Else, if the system had no swap just before and
- *     just after the mincore (sysinfo's totalswap, which also counts the
- *     entries of a device being swapped off), no swap entry existed at
- *     either instant, so the non-resident pages are empty: done. (Only a
- *     whole swapon, page-out and swapoff between two system calls escapes
- *     this; a swapon alone takes longer than that.)
+ *  2. If the system had no swap before the call's first mincore and has none
+ *     after its last (sysinfo's totalswap, which also counts the entries of
+ *     a device being swapped off), no swap entry existed at either instant,
+ *     so the non-resident pages are empty: left alone. (Only a swapon, the
+ *     page-out of one of these pages and a complete swapoff, all within the
+ *     call, escape this.) Two sysinfo calls per call, one when every page
+ *     was resident. If swap appeared during the call, the range is done
+ *     again as in 3.
  *  3. Else pagemap classifies the non-resident pages (one pread per 512).
  *     Where pagemap cannot be read (restricted /proc, seccomp), a
  *     non-resident page is taken as swapped: dropped, never assumed zero.
@@ -58,9 +60,13 @@ void os_zero_test_mode(int mode) { atomic_store(&test_mode, mode); }
 
 static int mode_now(void) { return atomic_load_explicit(&test_mode, memory_order_relaxed); }
 
-/* False only when the kernel says no swap entry exists now. */
-static bool swap_possible(void) {
-  if (mode_now() != OS_ZERO_REAL) return true;
+/* False only when the kernel says no swap entry exists now; `first`: the
+ * check before a call's first mincore (the test hook's late swap says no to
+ * it only). */
+static bool swap_possible(bool first) {
+  int mode = mode_now();
+  if (mode & OS_ZERO_SWAP_LATE) return !first;
+  if (mode & (OS_ZERO_SWAP | OS_ZERO_NO_PAGEMAP)) return true;
   struct sysinfo si;
   return sysinfo(&si) != 0 || si.totalswap != 0;
 }
@@ -79,7 +85,7 @@ typedef struct {
 static bool pagemap_read(pagemap_t *pm, uintptr_t first, size_t n, uint64_t *e) {
   if (!pm->tried) {
     pm->tried = true;
-    pm->fd = mode_now() == OS_ZERO_NO_PAGEMAP ? -1 : open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    pm->fd = (mode_now() & OS_ZERO_NO_PAGEMAP) ? -1 : open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   }
   if (pm->fd < 0) return false;
   size_t got = 0;
@@ -92,17 +98,22 @@ static bool pagemap_read(pagemap_t *pm, uintptr_t first, size_t n, uint64_t *e) 
   return true;
 }
 
-/* st[0..n) for the n pages at base (see the rule above). */
-static void classify(char *base, size_t n, unsigned char *st, pagemap_t *pm) {
+/* st[0..n) for the n pages at base (see the rule above). swap: false when
+ * the system had no swap before this mincore; non-resident pages are then
+ * left empty and *pending set, for the caller's check after the mincore. */
+static void classify(char *base, size_t n, unsigned char *st, pagemap_t *pm, bool swap, bool *pending) {
   size_t page = os_page_size();
-  bool swap_before = swap_possible();
   if (mincore(base, n * page, st) != 0) {
     memset(st, OS_ZERO_PRESENT, n);
     return;
   }
   for (size_t i = 0; i < n; i++) st[i] &= 1;   /* OS_ZERO_PRESENT or OS_ZERO_EMPTY */
   unsigned char *z = memchr(st, OS_ZERO_EMPTY, n);
-  if (!z || (!swap_before && !swap_possible())) return;
+  if (!z) return;
+  if (!swap) {
+    *pending = true;
+    return;
+  }
   size_t lo = (size_t)(z - st), hi = n;  /* the span of the non-resident pages */
   while (st[hi - 1] != OS_ZERO_EMPTY) hi--;
   uint64_t e[PM_CHUNK];
@@ -176,10 +187,18 @@ void os_zero_recycled(void *p, size_t size, bool keep_huge) {
   char *base = p;
   size_t pages = size / page;
   pagemap_t pm = {.fd = -1, .tried = false};
-  for (size_t first = 0; first < pages; first += BATCH) {
-    size_t n = pages - first < BATCH ? pages - first : BATCH;
-    classify(base + first * page, n, st, &pm);
-    os_zero_plan(base + first * page, n, st, keep_huge, apply, NULL);
+  bool swap = swap_possible(true), pending = false;
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t first = 0; first < pages; first += BATCH) {
+      size_t n = pages - first < BATCH ? pages - first : BATCH;
+      classify(base + first * page, n, st, &pm, swap, &pending);
+      os_zero_plan(base + first * page, n, st, keep_huge, apply, NULL);
+    }
+    /* No swap before the first mincore and none after the last: the pages
+     * left alone were empty. Swap turned on meanwhile (rare): the whole
+     * range again, with pagemap (a page cleared already is cleared again). */
+    if (swap || !pending || !swap_possible(false)) break;
+    swap = true;
   }
   if (pm.fd >= 0) close(pm.fd);
 }
