@@ -6,7 +6,8 @@
  * A large block is filled with a pattern and freed: uma keeps the segment,
  * still mapped. MADV_PAGEOUT then writes its pages to swap (the whole block,
  * then in a second round every other 64 KiB, so that present, swapped and
- * dropped pages alternate); /proc/self/pagemap must show them swapped and
+ * dropped pages alternate; without an argument, a third round pages out a
+ * whole 40 MiB block, more than one batch of the clearing); /proc/self/pagemap must show them swapped and
  * not present, and mincore not resident (what a mincore-only calloc saw).
  * calloc of the same size must return the same address (the recycled
  * segment: else the test proves nothing) and every word zero. Exit 0 when
@@ -58,11 +59,23 @@ static void count(char *lo, char *hi, size_t *swapped, size_t *resident) {
   close(fd);
 }
 
+/* AnonHugePages of the process, kB (/proc/self/smaps_rollup), or -1. */
+static long huge_kb(void) {
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  char line[256];
+  long kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return kb;
+}
+
 /* One round: 0 the whole block paged out, 1 every other 64 KiB of it. */
 static int round_of(size_t n, int mode) {
   uint64_t *p = malloc(n);
   if (!p) { printf("swap_calloc: FAIL setup: malloc(%zu)\n", n); return 2; }
   for (size_t i = 0; i < n / 8; i++) ((volatile uint64_t *)p)[i] = 0xa5a5a5a500000000ull | i;
+  long huge = huge_kb();
   uintptr_t at = (uintptr_t)p;          /* freed: kept as a number */
   void (*volatile release)(void *) = free;   /* (gcc's use-after-free warning cannot see that) */
   release(p);
@@ -77,8 +90,9 @@ static int round_of(size_t n, int mode) {
   }
   size_t swapped, resident;
   count(lo, hi, &swapped, &resident);
-  printf("swap_calloc: round %d: %zu of %zu pages paged out: %zu swapped and not present, %zu resident (mincore)\n",
-         mode, want, (size_t)(hi - lo) / page, swapped, resident);
+  printf("swap_calloc: %zu MiB, round %d: %ld kB in huge pages before; %zu of %zu pages paged out: %zu swapped and "
+         "not present, %zu resident (mincore)\n",
+         n >> 20, mode, huge, want, (size_t)(hi - lo) / page, swapped, resident);
   if (swapped < want / 2) {
     printf("swap_calloc: FAIL setup: the kernel swapped out %zu of %zu pages (is swap on?)\n", swapped, want);
     return 2;
@@ -93,12 +107,12 @@ static int round_of(size_t n, int mode) {
   for (size_t i = 0; i < n / 8; i++)
     if (((volatile uint64_t *)q)[i] != 0 && !bad++) first = i;
   if (bad) {
-    printf("swap_calloc: FAIL round %d: calloc returned %zu non-zero words of %zu, the first at word %zu: %#llx\n", mode,
+    printf("swap_calloc: FAIL %zu MiB, round %d: calloc returned %zu non-zero words of %zu, the first at word %zu: %#llx\n", n >> 20, mode,
            bad, n / 8, first, (unsigned long long)q[first]);
     free(q);
     return 1;
   }
-  printf("swap_calloc: PASS round %d: %zu words, all zero\n", mode, n / 8);
+  printf("swap_calloc: PASS %zu MiB, round %d: %zu words, all zero\n", n >> 20, mode, n / 8);
   free(q);
   return 0;
 }
@@ -110,7 +124,10 @@ int main(int argc, char **argv) {
   /* The first printf allocates stdio's buffer: before the block is freed, so
    * that the new small chunk does not take the freed segment. */
   printf("swap_calloc: %zu MiB blocks\n", n >> 20);
-  int st = round_of(n, 0);
-  int st1 = round_of(n, 1);
-  return st ? st : st1;
+  int st[3] = {round_of(n, 0), round_of(n, 1), 0};
+  /* More than one batch of os_zero_recycled (4,096 pages) */
+  if (argc <= 1) st[2] = round_of(40u << 20, 0);
+  for (int i = 0; i < 3; i++)
+    if (st[i]) return st[i];
+  return 0;
 }
