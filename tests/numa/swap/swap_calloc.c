@@ -1,13 +1,14 @@
 /* calloc of a recycled segment whose pages were swapped out: run in a guest
  * with swap (swap_init.sh), with LD_PRELOAD=liblocus.so LOCUS_PROFILE=uma.
  *
- *   swap_calloc [MiB]
+ *   swap_calloc [--no-proc] [MiB]
  *
  * A large block is filled with a pattern and freed: uma keeps the segment,
  * still mapped. MADV_PAGEOUT then writes its pages to swap (the whole block,
  * then in a second round every other 64 KiB, so that present, swapped and
  * dropped pages alternate; without an argument, a third round pages out a
- * whole 40 MiB block, more than one batch of the clearing); /proc/self/pagemap must show them swapped and
+ * whole 40 MiB block, more than one batch of the clearing; --no-proc hides
+ * /proc from the process first, so that locus cannot read pagemap); /proc/self/pagemap must show them swapped and
  * not present, and mincore not resident (what a mincore-only calloc saw).
  * calloc of the same size must return the same address (the recycled
  * segment: else the test proves nothing) and every word zero. Exit 0 when
@@ -19,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #ifndef MADV_PAGEOUT
@@ -32,18 +35,15 @@ static size_t page;
 enum { MAX_PAGES = 64 << 8 };           /* 64 MiB of 4 KiB pages */
 static uint64_t entries[MAX_PAGES];     /* static: no allocation between the free and the calloc */
 static unsigned char vec[MAX_PAGES];
+static int pm_fd = -1;                  /* /proc/self/pagemap, opened before --no-proc hides /proc */
 
 /* Pages of [lo, hi) swapped and not present, resident per mincore. */
 static void count(char *lo, char *hi, size_t *swapped, size_t *resident) {
   size_t n = (size_t)(hi - lo) / page;
   uint64_t *e = entries;
-  int fd = open("/proc/self/pagemap", O_RDONLY);
   *swapped = *resident = 0;
-  if (fd < 0 || n > MAX_PAGES) {
-    perror("swap_calloc: /proc/self/pagemap");
-    exit(2);
-  }
-  ssize_t got = pread(fd, e, n * 8, (off_t)((uintptr_t)lo / page * 8));
+  if (n > MAX_PAGES) exit(2);
+  ssize_t got = pread(pm_fd, e, n * 8, (off_t)((uintptr_t)lo / page * 8));
   if (got != (ssize_t)(n * 8)) {
     printf("swap_calloc: pagemap: read %zd of %zu bytes: %m\n", got, n * 8);
     exit(2);
@@ -56,7 +56,24 @@ static void count(char *lo, char *hi, size_t *swapped, size_t *resident) {
     if ((e[i] & PM_SWAPPED) && !(e[i] & PM_PRESENT)) (*swapped)++;
     if (vec[i] & 1) (*resident)++;
   }
-  close(fd);
+}
+
+/* --no-proc: a tmpfs over /proc in a mount namespace of this process's own,
+ * so that locus cannot open /proc/self/pagemap (as under a restricted /proc)
+ * and must fall back to dropping every non-resident page. */
+static int hide_proc(void) {
+  if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+      mount("none", "/proc", "tmpfs", 0, NULL) != 0) {
+    printf("swap_calloc: FAIL setup: cannot hide /proc: %m\n");
+    return 2;
+  }
+  int fd = open("/proc/self/pagemap", O_RDONLY);
+  if (fd >= 0) {
+    printf("swap_calloc: FAIL setup: /proc/self/pagemap still opens\n");
+    return 2;
+  }
+  printf("swap_calloc: /proc hidden: /proc/self/pagemap cannot be opened (%m)\n");
+  return 0;
 }
 
 /* AnonHugePages of the process, kB (/proc/self/smaps_rollup), or -1. */
@@ -119,8 +136,13 @@ static int round_of(size_t n, int mode) {
 
 int main(int argc, char **argv) {
   page = (size_t)sysconf(_SC_PAGESIZE);
+  int no_proc = argc > 1 && !strcmp(argv[1], "--no-proc");
+  if (no_proc) argc--, argv++;
   size_t n = (size_t)(argc > 1 ? atoi(argv[1]) : 16) << 20;
   if (n / page > MAX_PAGES || n < (2u << 20)) { printf("swap_calloc: size 2 to 64 MiB\n"); return 2; }
+  pm_fd = open("/proc/self/pagemap", O_RDONLY);
+  if (pm_fd < 0) { perror("swap_calloc: /proc/self/pagemap"); return 2; }
+  if (no_proc && hide_proc() != 0) return 2;
   /* The first printf allocates stdio's buffer: before the block is freed, so
    * that the new small chunk does not take the freed segment. */
   printf("swap_calloc: %zu MiB blocks\n", n >> 20);

@@ -4,7 +4,8 @@
 # zram writes synchronously, so MADV_PAGEOUT frees a page at once instead of
 # leaving it in the swap cache, where mincore would still count it
 # resident), then runs /swap_calloc with liblocus preloaded under
-# LOCUS_PROFILE=uma, in 4 KiB pages and then in 2 MiB pages. Exit 77 (skip)
+# LOCUS_PROFILE=uma, in 4 KiB pages (also with /proc hidden from it: no
+# pagemap) and then in 2 MiB pages. Exit 77 (skip)
 # when no swap can be had; else swap_calloc's first failing status.
 set -u
 lib=${LOCUS_LIB:-/liblocus.so}
@@ -21,6 +22,8 @@ cat /proc/swaps
 thp=/sys/kernel/mm/transparent_hugepage/enabled
 echo "swap_init: THP $(cat $thp 2>/dev/null)"
 LD_PRELOAD=$lib LOCUS_PROFILE=uma /swap_calloc "$@" || exit $?
+# Without pagemap (a tmpfs over /proc in the process's mount namespace).
+LD_PRELOAD=$lib LOCUS_PROFILE=uma /swap_calloc --no-proc "$@" || exit $?
 if [ -w $thp ] && echo madvise > $thp; then
   echo "swap_init: THP $(cat $thp)"
   LD_PRELOAD=$lib LOCUS_PROFILE=uma /swap_calloc "$@" || exit $?
