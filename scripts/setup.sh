@@ -18,7 +18,7 @@ peer_pkgs=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 time)
 test_pkgs=(python3 pkg-config util-linux sqlite3 git redis-server redis-tools openmpi-bin libopenmpi-dev
            clang libclang-rt-14-dev libfuzzer-14-dev libpython3.11-testsuite
            gcc-aarch64-linux-gnu g++-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross
-           qemu-user qemu-system-x86 busybox-static cpio numactl valgrind binutils)
+           qemu-user qemu-system-x86 busybox-static cpio numactl valgrind binutils xz-utils zstd)
 
 want=("${build_pkgs[@]}")
 case "$what" in

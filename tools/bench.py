@@ -47,6 +47,7 @@ WORKLOADS = [
     ("timestep", "timestep", []),
     ("hera", "hera", []),
     ("realloc_grow", "realloc_grow", []),
+    ("calloc_recycled", "calloc_recycled", []),
     ("numa_first_touch", "numa_first_touch", []),
     ("cache_align", "cache_align", []),
     ("small_random", "small_random", []),

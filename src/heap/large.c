@@ -111,11 +111,11 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   heap_stat_add(&h->st_large_allocs, 1);
   char *p = base + off;
   if (zero && !zeroed) {
-    /* Recycled: clear the rest of the header page, then only the resident pages. */
+    /* Recycled: clear the rest of the header page, then the pages that hold data (os_zero_recycled). */
     size_t head = PAGE_SIZE - off % PAGE_SIZE;
     char *page = p + head;
     memset(p, 0, head < size ? head : size);
-    if (page < base + total) os_zero_resident(page, (size_t)(base + total - page), r->flags & REGION_HUGE);
+    if (page < base + total) os_zero_recycled(page, (size_t)(base + total - page), r->flags & REGION_HUGE);
   }
   if (unlikely(locus_trace_on)) trace_alloc(p, size);
   return p;

@@ -1,5 +1,5 @@
 /* The OS layer: memory, processes, files. Every system call of locus is in
- * this file or in features.c. */
+ * src/os/: this file, features.c, pressure.c, zero.c (calloc's clearing). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -126,53 +126,6 @@ bool os_free_lazily(void *p, size_t size) {
   stat_add(&locus_stats.madvises, 1);
   if (os_features.madv_free && madvise(p, size, MADV_FREE) == 0) return true;
   return madvise(p, size, MADV_DONTNEED) == 0;
-}
-
-/* Clears only the resident pages of a recycled range: a page that is not
- * resident reads as zero on its next fault anyway (anonymous private memory),
- * so clearing it would fault it in for nothing (Valat, PhD thesis, 2014, Ch.5).
- * Runs of resident pages longer than a threshold are dropped with
- * MADV_DONTNEED instead, which is cheaper than writing them. */
-void os_zero_resident(void *p, size_t size, bool keep_huge) {
-  enum { BATCH = 4096, DROP_MIN_BYTES = 256 * 1024 };
-  /* With page reuse a page that is not resident, or one dropped with
-   * MADV_DONTNEED, may fault in with the process's old data. */
-  if (atomic_load_explicit(&reuse_maps, memory_order_relaxed)) {
-    memset(p, 0, size);
-    return;
-  }
-  unsigned char vec[BATCH];
-  size_t page = os_page_size();
-  char *base = p;
-  size_t pages = size / page;
-  for (size_t first = 0; first < pages; first += BATCH) {
-    size_t n = pages - first < BATCH ? pages - first : BATCH;
-    if (mincore(base + first * page, n * page, vec) != 0) {
-      memset(base + first * page, 0, n * page);
-      continue;
-    }
-    for (size_t i = 0; i < n;) {
-      if (!(vec[i] & 1)) { i++; continue; }
-      size_t j = i;
-      while (j < n && (vec[j] & 1)) j++;
-      char *q = base + (first + i) * page;
-      size_t len = (j - i) * page;
-      char *lo = q, *hi = q + len;         /* the part dropped */
-      if (keep_huge && os_features.huge_page_size) {
-        lo = (char *)align_up((uintptr_t)q, os_features.huge_page_size);
-        hi = (char *)((uintptr_t)(q + len) & ~(uintptr_t)(os_features.huge_page_size - 1));
-        if (hi < lo) hi = lo;
-      }
-      if ((size_t)(hi - lo) >= DROP_MIN_BYTES && madvise(lo, (size_t)(hi - lo), MADV_DONTNEED) == 0) {
-        stat_add(&locus_stats.madvises, 1);
-        memset(q, 0, (size_t)(lo - q));    /* edges inside a huge page: written, not dropped */
-        memset(hi, 0, (size_t)(q + len - hi));
-      } else {
-        memset(q, 0, len);
-      }
-      i = j;
-    }
-  }
 }
 
 /* ---- NUMA: raw system calls (glibc has no wrappers; libnuma would allocate) */

@@ -28,11 +28,31 @@ bool os_free_lazily(void *p, size_t size);  /* MADV_FREE, or MADV_DONTNEED witho
  * (page tables, no copy) to a start that is a multiple of `align`, so that
  * huge pages move whole instead of being split. NULL when neither works. */
 void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
-/* Clears [p, p+size) (page-aligned bounds), touching only resident pages
- * (all pages once a page-reuse mapping exists: a fault there may bring back
- * old data). keep_huge: long resident runs are dropped (MADV_DONTNEED) only on whole
- * huge-page boundaries, the edges are written, so no huge page is split. */
-void os_zero_resident(void *p, size_t size, bool keep_huge);
+/* ---- clearing recycled memory for calloc (zero.c) ------------------------ */
+/* Clears [p, p+size) (page-aligned bounds): exactly the pages that hold data,
+ * present or swapped out (mincore, then /proc/self/pagemap where the system
+ * has swap; a page that cannot be classified is cleared), so an empty page
+ * is not faulted in. Long present runs and swapped pages are dropped
+ * (MADV_DONTNEED), the rest written. keep_huge: present runs are dropped
+ * only on whole huge-page boundaries, the edges written, so no huge page is
+ * split. Every page is written once a page-reuse mapping exists (a fault
+ * there may bring back old data). */
+void os_zero_recycled(void *p, size_t size, bool keep_huge);
+/* What os_zero_recycled knows of a page, and what it does with a run. */
+enum { OS_ZERO_EMPTY = 0, OS_ZERO_PRESENT = 1, OS_ZERO_SWAPPED = 2 };
+enum { OS_ZERO_WRITE = 0, OS_ZERO_DROP = 1 };
+/* The state of a page from its /proc/self/pagemap entry. */
+unsigned char os_zero_page_state(uint64_t entry);
+/* The clearing of the n pages at base whose states are st[]: act(ctx, kind,
+ * start, length) for each run to write or drop, in address order. */
+typedef void (*os_zero_act_fn)(void *ctx, int kind, char *start, size_t len);
+void os_zero_plan(char *base, size_t n, const unsigned char *st, bool keep_huge, os_zero_act_fn act, void *ctx);
+/* Test hook, flags: none (OS_ZERO_REAL) asks the kernel whether there is
+ * swap; OS_ZERO_SWAP acts as if there were; OS_ZERO_NO_PAGEMAP also as if
+ * /proc/self/pagemap could not be opened; OS_ZERO_SWAP_LATE as if swap were
+ * turned on just after a call's first check. */
+enum { OS_ZERO_REAL = 0, OS_ZERO_SWAP = 1, OS_ZERO_NO_PAGEMAP = 2, OS_ZERO_SWAP_LATE = 4 };
+void os_zero_test_mode(int mode);
 /* Fresh zeroed pages whose start is a multiple of `align` (a power of two
  * above the page size): maps size + align and unmaps the excess head and tail. */
 void *os_map_aligned(size_t size, size_t align);

@@ -7,6 +7,9 @@
 #                           (vmlinux-<version>, an ELF with a PVH entry point, which
 #                           QEMU loads directly) taken out of the vmlinuz once, or
 #                           the vmlinuz itself when that cannot be done
+#   kernel.sh --module NAME prints the path of the kernel module NAME.ko of the cached
+#                           kernel (uncompressed, for busybox insmod), fetching the
+#                           kernel's package again if the cache has no copy
 #
 # Booting the uncompressed kernel saves the 2-3 s the bzImage's decompressor
 # takes under TCG.  Taking it out needs the decompressor of the kernel's
@@ -17,10 +20,13 @@
 # NUMA, ACPI SRAT, the 8250 serial console, devtmpfs and initramfs support
 # built in (no modules are needed).  The package is only downloaded
 # (`apt-get download`) and unpacked into a temporary directory (`dpkg-deb -x`),
-# never installed.  The vmlinuz, the vmlinux taken out of it and the kernel's
-# config (for reference) are kept outside the repository:
+# never installed.  The vmlinuz, the vmlinux taken out of it, the kernel's
+# config (for reference) and the few modules a test loads in the guest (zram
+# and the lz4 modules it needs, for the swap test; --module fetches others),
+# uncompressed for busybox insmod, are kept outside the repository:
 #
 #   ${LOCUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/locus}/guest-kernel/vmlinuz-<version>
+#   .../guest-kernel/modules-<version>/<name>.ko
 #
 # Choice of package: $LOCUS_GUEST_KERNEL_PKG if set, else the newest
 # linux-image-6.12.*-amd64-unsigned the package lists know, else the newest
@@ -35,16 +41,21 @@ set -euo pipefail
 say() { echo "kernel.sh: $*" >&2; }
 skip() { say "$*"; exit 77; }
 
-refresh=0 boot=0
+refresh=0 boot=0 module=""
+keep_modules="zram lz4_compress lz4hc_compress"   # kept with every kernel fetched
 case "${1:-}" in
   "") ;;
   --refresh) refresh=1 ;;
   --boot-image) boot=1 ;;
+  --module)
+    module=${2:-}
+    [[ $module =~ ^[A-Za-z0-9_-]+$ ]] || { say "--module needs a module name"; exit 1; } ;;
   -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
   *) say "unknown argument '$1' (try --help)"; exit 1 ;;
 esac
 
 if [ -n "${LOCUS_GUEST_KERNEL:-}" ]; then
+  [ -z "$module" ] || skip "LOCUS_GUEST_KERNEL is set: its modules cannot be fetched"
   [ -r "$LOCUS_GUEST_KERNEL" ] || skip "LOCUS_GUEST_KERNEL=$LOCUS_GUEST_KERNEL is not a readable file"
   echo "$LOCUS_GUEST_KERNEL"
   exit 0
@@ -122,9 +133,48 @@ extract_elf() {
   return 1
 }
 
+# save_module ROOT VERSION NAME: keeps NAME.ko of the unpacked package ROOT,
+# uncompressed, in the cache.
+save_module() {
+  local f out=$dir/modules-$2/$3.ko
+  f=$(find "$1/lib/modules" -name "$3.ko" -o -name "$3.ko.xz" -o -name "$3.ko.zst" -o -name "$3.ko.gz" 2>/dev/null | head -n 1)
+  [ -n "$f" ] || return 1
+  mkdir -p "$dir/modules-$2"
+  case "$f" in
+    *.xz) xz -dcq "$f" >"$out.tmp" ;;
+    *.zst) zstd -dcq "$f" >"$out.tmp" ;;
+    *.gz) gzip -dcq "$f" >"$out.tmp" ;;
+    *) cp "$f" "$out.tmp" ;;
+  esac || { rm -f "$out.tmp"; return 1; }
+  mv "$out.tmp" "$out"
+}
+
+# module_of VERSION: prints the cached module $module of that kernel and
+# exits, fetching the kernel's package first if it is not cached.
+module_of() {
+  local ver=$1 out=$dir/modules-$1/$module.ko pkg t deb
+  if [ -s "$out" ]; then echo "$out"; exit 0; fi
+  command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1 ||
+    skip "no apt-get or dpkg-deb to fetch the module $module"
+  pkg=${LOCUS_GUEST_KERNEL_PKG:-linux-image-$ver-unsigned}
+  t=$(mktemp -d "${TMPDIR:-/tmp}/locus-kernel.XXXXXX")
+  chmod 0777 "$t"
+  say "downloading $pkg again for its module $module (once; cached in $dir/modules-$ver)"
+  if (cd "$t" && apt-get -q download "$pkg") >"$t/download.log" 2>&1 && deb=$(ls "$t"/*.deb 2>/dev/null | head -n 1) &&
+     [ -n "$deb" ] && dpkg-deb -x "$deb" "$t/x" && save_module "$t/x" "$ver" "$module"; then
+    for m in $keep_modules; do save_module "$t/x" "$ver" "$m" || true; done
+    rm -rf "$t"
+    echo "$out"
+    exit 0
+  fi
+  rm -rf "$t"
+  skip "no module $module for kernel $ver (package $pkg)"
+}
+
 # finish VMLINUZ: prints what was asked for, VMLINUZ or the image to boot.
 finish() {
   local z=$1 elf
+  if [ -n "$module" ]; then module_of "${z##*/vmlinuz-}"; fi
   if [ "$boot" = 1 ]; then
     elf=$dir/vmlinux-${z##*/vmlinuz-}
     if [ -s "$elf" ]; then echo "$elf"; exit 0; fi
@@ -209,6 +259,7 @@ if [ -n "$cfg" ]; then
   grep -q '^CONFIG_NUMA=y' "$cfg" || skip "$pkg's kernel is built without CONFIG_NUMA"
   cp "$cfg" "$dir/config-$ver.tmp" && mv "$dir/config-$ver.tmp" "$dir/config-$ver"
 fi
+for m in $keep_modules; do save_module "$tmp/x" "$ver" "$m" || say "$pkg has no module $m"; done
 # The cached name carries the release the package says; mv makes it appear whole.
 cp "$img" "$out.tmp"
 mv "$out.tmp" "$out"
