@@ -46,7 +46,10 @@ size_t locus_usable_size(const void *ptr);
 
 /* ---- Profiles -------------------------------------------------------------
  * A profile sets how much freed memory the memory sources keep for reuse:
- *   "eco"  keep nothing: memory goes back to the OS at once (lowest footprint);
+ *   "eco"  keep nothing: memory goes back to the OS at once (lowest footprint,
+ *          but every large block is mapped and faulted anew: a program that
+ *          frees and allocates large blocks in a loop runs several times
+ *          slower than under glibc, up to 34x in docs/results.md);
  *   "uma"  keep up to LOCUS_CACHE_MAX bytes (default 500 MiB) in total;
  *   "numa" keep up to LOCUS_CACHE_MAX bytes per NUMA node;
  *   "auto" decide per source (per node, as numa) from how soon freed memory
