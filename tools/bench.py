@@ -73,7 +73,7 @@ WORKLOADS = [
     W("prodcons_2m", "prodcons", ["--size", "2M"], family=LARGE, default=["--count", "20000"]),
     W("exchange_64", "random_exchange", ["--max-size", "64"], family=THREADS, default=["--ops", "5000000"]),
     W("exchange_2m", "random_exchange", ["--max-size", "2M"], family=THREADS),
-    W("timestep", "timestep", family=LARGE, default=["--steps", "20"]),
+    W("timestep", "timestep", family=LARGE, default=["--steps", "30"]),
     W("hera", "hera", family=LARGE, default=["--iters", "600"]),
     W("realloc_grow", "realloc_grow", family=LARGE, default=["--reps", "20", "--min-ms", "300"]),
     W("numa_first_touch", "numa_first_touch", family=SYSTEM),
@@ -85,7 +85,7 @@ WORKLOADS = [
     W("ab_random_1t", "ab_random", ["--threads", "1"], family=SMALL, default=["--iters", "20000000"]),
     W("ab_random_2t", "ab_random", ["--threads", "2"], family=SMALL),
     W("ab_batch_1t", "ab_batch", ["--threads", "1"], family=SMALL),
-    W("ab_batch_2t", "ab_batch", ["--threads", "2"], family=SMALL, default=["--rounds", "15000"]),
+    W("ab_batch_2t", "ab_batch", ["--threads", "2"], family=SMALL, default=["--rounds", "25000"]),
     W("ab_bulk1m_1t", "ab_batch", ["--batch", "1000000", "--min", "16", "--max", "256", "--threads", "1"],
       family=SMALL),
     W("ab_prodcons", "ab_prodcons", family=THREADS),
@@ -639,6 +639,37 @@ def row_label(wid, ws):
     return wid + (" (memory)" if ws.get("memory") else "")
 
 
+def ratio_table(summ, names, key="vs_glibc"):
+    """The Markdown lines of a table of key (a cost ratio) per workload,
+    grouped by family, and the geometric means over the rows every column
+    has. The README's results table is this table of a published run
+    (tests/structure/docs_examples.py checks it)."""
+    L = ["| workload | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for fam, wids in by_family(summ):
+        L.append("| ***%s*** |%s" % (fam, " |" * len(names)))
+        for wid in wids:
+            ws = summ[wid]
+            row = []
+            for n in names:
+                s = ws["allocators"].get(n)
+                if s is None:
+                    row.append("—")
+                elif s.get("failed"):
+                    row.append("**FAIL**")
+                else:
+                    cell = f3(s.get(key))
+                    if key == "vs_glibc" and n == ws.get("best_peer"):
+                        cell += " ★"
+                    if s.get("flagged"):
+                        cell += " ⚑"
+                    row.append(cell)
+            L.append("| %s | %s |" % (row_label(wid, ws), " | ".join(row)))
+    means, rows = common_geomeans(summ, names, key)
+    L.append("| *geometric mean (%d of %d rows)* | %s |" % (len(rows), len(summ),
+                                                          " | ".join(f3(means[n]) for n in names)))
+    return L
+
+
 def write_markdown(path, meta, summ, allocs, runs, notes):
     names = [a["name"] for a in allocs]
     L = []
@@ -675,30 +706,7 @@ def write_markdown(path, meta, summ, allocs, runs, notes):
             L.append("The ratio to the best peer (the same peer as above) within each repetition, whose "
                      "runs follow each other, then the median over the repetitions: steadier than the "
                      "ratio of the medians when the host's speed drifts between repetitions.\n")
-        L.append("| workload | " + " | ".join(names) + " |")
-        L.append("|---" * (len(names) + 1) + "|")
-        for fam, wids in by_family(summ):
-            L.append("| ***%s*** |%s" % (fam, " |" * len(names)))
-            for wid in wids:
-                ws = summ[wid]
-                row = []
-                for n in names:
-                    s = ws["allocators"].get(n)
-                    if s is None:
-                        row.append("—")
-                    elif s.get("failed"):
-                        row.append("**FAIL**")
-                    else:
-                        cell = f3(s.get(key))
-                        if key == "vs_glibc" and n == ws.get("best_peer"):
-                            cell += " ★"
-                        if s.get("flagged"):
-                            cell += " ⚑"
-                        row.append(cell)
-                L.append("| %s | %s |" % (row_label(wid, ws), " | ".join(row)))
-        means, rows = common_geomeans(summ, names, key)
-        L.append("| *geometric mean (%d of %d rows)* | %s |" % (len(rows), len(summ),
-                                                              " | ".join(f3(means[n]) for n in names)))
+        L.extend(ratio_table(summ, names, key))
         L.append("")
     L.append("★ marks the best peer of the workload; ⚑ a cell some of whose samples were flagged and left out "
              "(see \"Flagged samples\"); (memory) a row whose metric is memory, not time. Geometric means "
