@@ -140,9 +140,11 @@ EST_FALLBACK = {"quick": 1.0, "default": 1.5, "full": 6.0}
 # A timed sample shorter than this is too short to time (start-up, the
 # scheduler's quantum and the clock weigh in it): flagged, not averaged.
 MIN_TIMED_S = 0.1
-# A sample this many times above or below the median of the other runs of its
-# workload and allocator (at least 3 runs) is flagged as implausible.
-OUTLIER_FACTOR = 5.0
+# A sample this many times above or below the median of the runs of its
+# workload and allocator (at least 3 runs) is flagged as implausible. Not
+# less: on this shared machine single runs of a workload spread 3-6x under
+# load, and the median of three already ignores one of them.
+OUTLIER_FACTOR = 10.0
 
 
 def log(msg):
@@ -628,15 +630,29 @@ SMOKE_NOTE = ("SMOKE TEST (--quick): every workload once at small sizes, to chec
               "for results.")
 
 
+def family_of(wid, ws):
+    """A summary row's family; runs published before families were recorded
+    take it from WORKLOADS."""
+    if "family" in ws:
+        return ws["family"]
+    return next((w.family for w in WORKLOADS if w.id == wid), "other")
+
+
+def is_memory(wid, ws):
+    if "memory" in ws:
+        return ws["memory"]
+    return next((w.memory for w in WORKLOADS if w.id == wid), False)
+
+
 def by_family(summ):
     """The workload ids of summ, grouped by family in FAMILIES order."""
-    fams = FAMILIES + sorted({ws.get("family", "other") for ws in summ.values()} - set(FAMILIES))
-    return [(f, [w for w, ws in summ.items() if ws.get("family", "other") == f]) for f in fams
-            if any(ws.get("family", "other") == f for ws in summ.values())]
+    fam = {w: family_of(w, ws) for w, ws in summ.items()}
+    order = FAMILIES + sorted(set(fam.values()) - set(FAMILIES))
+    return [(f, [w for w in summ if fam[w] == f]) for f in order if f in fam.values()]
 
 
 def row_label(wid, ws):
-    return wid + (" (memory)" if ws.get("memory") else "")
+    return wid + (" (memory)" if is_memory(wid, ws) else "")
 
 
 def ratio_table(summ, names, key="vs_glibc"):
@@ -865,7 +881,7 @@ def ratios_figure(plt, summ, names, smoke=False):
                 # From the line at 1: up is worse than glibc, down better.
                 ax.bar(j + (i - (len(names) - 1) / 2.0) * width, v - 1.0, width, bottom=1.0,
                        color=colors[i % len(colors)],
-                       hatch="//" if summ[w].get("memory") else None, edgecolor="white", linewidth=0.3,
+                       hatch="//" if is_memory(w, summ[w]) else None, edgecolor="white", linewidth=0.3,
                        )
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_yscale("log")
@@ -878,18 +894,22 @@ def ratios_figure(plt, summ, names, smoke=False):
             lambda y, _, every=every: "%g" % float("%.1g" % y)
             if every or float("%.1g" % y) in (0.2, 0.3, 0.5, 2, 3, 5, 20, 50) else ""))
         ax.set_xticks(range(len(wids)))
-        ax.set_xticklabels([w + ("\n(memory)" if summ[w].get("memory") else "") for w in wids], fontsize=8)
+        ax.set_xticklabels([w + ("\n(memory)" if is_memory(w, summ[w]) else "") for w in wids], fontsize=8,
+                           rotation=20 if len(wids) > 5 else 0)
         ax.set_title(fam, fontsize=10)
-        ax.set_ylabel("peak MiB / glibc's" if all(summ[w].get("memory") for w in wids) else "cost / glibc's",
+        ax.set_ylabel("peak MiB / glibc's" if all(is_memory(w, summ[w]) for w in wids) else "cost / glibc's",
                       fontsize=8)
         ax.tick_params(axis="y", which="both", labelsize=7)
         ax.grid(axis="y", which="both", alpha=0.25)
     for k in range(len(fams), nrows * ncols):
         axes[k // ncols][k % ncols].axis("off")
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[i % len(colors)]) for i in range(len(names))]
-    handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="lightgrey", hatch="//", edgecolor="white"))
+    labels = ["glibc (= 1)"] + names
     handles.insert(0, plt.Line2D([0], [0], color="k", lw=0.8))
-    fig.legend(handles, ["glibc (= 1)"] + names + ["memory row (peak MiB)"], loc="center left",
+    if any(is_memory(w, ws) for w, ws in summ.items()):
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="lightgrey", hatch="//", edgecolor="white"))
+        labels.append("memory row (peak MiB)")
+    fig.legend(handles, labels, loc="center left",
                bbox_to_anchor=(1.0, 0.5),
                fontsize=9, frameon=False)
     fig.suptitle(("SMOKE TEST (--quick), not results: " if smoke else "") +
@@ -976,6 +996,22 @@ def make_plots(outdir, summ, allocs, runs, meta_mode="default"):
 
 # --------------------------------------------------------------------------
 
+def replot(rundir, out, columns=None):
+    """ratios.png of a published run, drawn again (e.g. with other columns)."""
+    with open(os.path.join(rundir, "results.json")) as f:
+        d = json.load(f)
+    names = [a["name"] for a in d["allocators"]]
+    if columns:
+        names = [n for n in columns.split(",") if n in names]
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = ratios_figure(plt, d["summary"], names, smoke=d["meta"].get("mode") == "quick")
+    fig.savefig(out, dpi=100, bbox_inches="tight")
+    log("bench: %s drawn from %s" % (out, os.path.join(rundir, "results.json")))
+    return 0
+
+
 def estimate(workloads, allocs, mode, repeat):
     """(seconds, source) for the whole run: the median wall time of each
     (workload, allocator) in the newest earlier run of the same mode found
@@ -1039,7 +1075,12 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None, help="passed to the workloads as --threads")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--list", action="store_true", help="list workloads and allocators, then exit")
+    ap.add_argument("--replot", nargs=2, metavar=("RESULTS_DIR", "OUT_PNG"),
+                    help="draw the ratio plot of an earlier run (its results.json) into OUT_PNG, then exit; "
+                         "--allocators picks the columns")
     args = ap.parse_args(argv)
+    if args.replot:
+        return replot(args.replot[0], args.replot[1], args.allocators)
     mode = "quick" if args.quick else "full" if args.full else "default"
     repeat = args.repeat if args.repeat is not None else MODES[mode]["repeat"]
     timeout = args.timeout or MODES[mode]["timeout"]

@@ -113,8 +113,7 @@ static size_t resident_bytes(void) {
   return pages * os_features.page_size;
 }
 
-static void memory_get(const locus_stats_t *st, memory_t *m) {
-  (void)st;
+static void memory_get(memory_t *m) {
   *m = (memory_t){0};
   heaps_report(sum_heap, m);
   m->resident = resident_bytes();
@@ -138,7 +137,7 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
        topology_nodes(), f->numa_balancing, f->madv_free ? "true" : "false",
        f->madv_populate_write ? "true" : "false", f->page_reuse ? "true" : "false", os_page_reuse_maps(), f->numa ? "true" : "false", f->secure ? "true" : "false");
   memory_t m;
-  memory_get(&st, &m);
+  memory_get(&m);
   text(&t, "\"bytes_in_use\":%zu,\"bytes_cached\":%zu,\"peak_footprint\":%zu,\"bytes_reserved\":%zu,"
        "\"bytes_large_live\":%zu,\"bytes_chunks\":%zu,\"bytes_resident\":%zu,", st.bytes_in_use,
        st.bytes_cached, st.peak_footprint, st.bytes_in_use + st.bytes_cached, m.large_live, m.chunks, m.resident);
@@ -214,7 +213,7 @@ LOCUS_EXPORT void locus_stats_print(void) {
    * counted one by one, only the chunks they come from), what locus has
    * mapped, and what is resident for the whole process. */
   memory_t m;
-  memory_get(&st, &m);
+  memory_get(&m);
   mib(&t, "large blocks live : ", m.large_live);
   text(&t, "    (handed out to the program and not freed; small and medium blocks are counted with their chunks)\n");
   mib(&t, "heap chunks       : ", m.chunks);

@@ -11,7 +11,8 @@
   4. docs/install.md: its app.c, built against this tree, prints what the
      page says it prints.
   5. README: the results table is the table of the published run it links
-     (tools/bench.py's ratio_table of that run's results.json), cell by cell.
+     (tools/bench.py's ratio_table of that run's results.json, for the
+     README's columns), cell by cell, and its plot exists.
   6. README and docs/testing.md give the same time for the test suite.
 
 Usage: docs_examples.py SOURCE_DIR LIBLOCUS LOCUS_COMMAND CC   (exit 0 pass, 1 fail)
@@ -133,12 +134,14 @@ if run:
     import json
     d = json.load(open(os.path.join(src, run.group(1), "results.json")))
     table = [l for l in res.splitlines() if l.startswith("|")]
-    want = bench.ratio_table(d["summary"], [a["name"] for a in d["allocators"]])
+    columns = [c.strip() for c in table[0].strip("|").split("|")][1:] if table else []
+    want = bench.ratio_table(d["summary"], columns)
     check(table == want, "README's results table is %s's (ratio_table), cell by cell%s" % (
         run.group(1), "" if table == want else ":\n  " + "\n  ".join(
             "README %s\n  run    %s" % (a, b) for a, b in zip(table, want) if a != b)[:1500]))
-    check(re.search(r"!\[[^\]]*\]\(%s/ratios\.png\)" % re.escape(run.group(1)), res) is not None,
-          "README's plot is that run's ratios.png")
+    img = re.search(r"!\[[^\]]*\]\(([^)]+\.png)\)", res)
+    check(img is not None and os.path.isfile(os.path.join(src, img.group(1))), "README's plot exists: %s"
+          % (img.group(1) if img else "(none)"))
 
 # 6. the test suite's time
 row = next((l for l in lines if l.startswith("| `scripts/test.sh`")), "")
