@@ -1,18 +1,26 @@
 #!/usr/bin/env python3
-"""Benchmark harness for locus: runs every workload under every allocator.
+"""Benchmark harness for locus: runs workloads under allocators, side by side.
 
 The workloads are the bench_* programs built from bench/ (plain programs; the
-allocator is switched with LD_PRELOAD only).  Every (workload, allocator) pair
-is run --repeat times, interleaved (A B C A B C ...), and the child's rusage
+allocator is switched with LD_PRELOAD only).  Three modes (MODES): the default
+run, a representative set sized to finish in about ten minutes on 2 cores;
+--full, every workload under every allocator; --quick, a smoke test.  Every
+(workload, allocator) pair is run --repeat times, interleaved (A B C A B C ...),
+and the child's rusage
 (wall, user, sys, peak RSS, minor faults) is recorded together with the
 workload's own RESULT line.  Writes results.json, results.md and PNG plots to
 results/scratch/<timestamp>/ (git-ignored; or --out).  A run worth keeping is
 published by copying it to results/<date>-<what>/ and committing it: see
 "Publishing a run" in docs/benchmarks.md.
 
+Samples too short to time or far from their siblings are flagged and left
+out of every median (flag_samples); geometric means are over the rows every
+allocator completed (common_geomeans), which keeps an interrupted run's tables
+valid.
+
 Exit status: 0 if every run that was attempted validated its output, 1 if any
 run failed (non-zero exit, crash, timeout, check=fail, or a preload that did
-not take), 2 for usage errors.
+not take), 2 for usage errors, 130 when interrupted (Ctrl-C).
 """
 
 import argparse

@@ -51,7 +51,7 @@ lines = readme.splitlines()
 
 # 1. the first screen
 first = "\n".join(lines[:60])
-for what, pat in (("an install command", r"cmake --install build"),
+for what, pat in (("an install command", r"^cmake --install "),
                   ("locus run -- CMD", r"^locus run .*-- \./"),
                   ("LD_PRELOAD=...liblocus.so CMD", r"^LD_PRELOAD=\S*liblocus\.so \./"),
                   ("a link command", r"^cc .*-llocus"),
