@@ -482,9 +482,9 @@ def timed_s(rec):
 def flag_samples(runs, workloads, min_timed=MIN_TIMED_S, factor=OUTLIER_FACTOR):
     """Marks the successful runs whose value cannot be trusted (rec["flag"],
     a reason): a timed part shorter than min_timed (not for memory metrics),
-    or a value more than factor times away from the median of the other
-    unflagged runs of the same workload and allocator, itself included (at
-    least three runs). Flagged runs stay in the JSON and are listed, but no
+    or a value more than factor times above or below the median of the
+    unflagged runs of its workload and allocator, itself included (at least
+    three runs). Flagged runs stay in the JSON and are listed, but no
     median, ratio or mean uses them. Returns the number flagged."""
     memory = {w.id for w in workloads if w.memory}
     n = 0
@@ -843,7 +843,7 @@ def write_markdown(path, meta, summ, allocs, runs, notes):
     flagged = [r for r in runs if r.get("ok") and r.get("flag")]
     L.append("## Flagged samples\n")
     L.append("Runs that validated but whose value is not used: a timed part under %.2f s, or a value "
-             "more than %gx away from the median of the other runs of its workload and allocator.\n"
+             "more than %gx above or below the median of the runs of its workload and allocator.\n"
              % (MIN_TIMED_S, OUTLIER_FACTOR))
     if not flagged:
         L.append("None.\n")
