@@ -14,6 +14,7 @@ milliseconds) replace the workloads, so that what is checked is the harness:
      --quick says it is a smoke test, in its log and its results.md;
   5. Ctrl-C (SIGINT to the process group, as a terminal sends it) ends with
      "interrupted after N of M runs", status 130, and valid partial tables;
+     a run in flight that ignores SIGINT is killed, not waited for;
   6. the plot: one panel per family, the legend outside the panels, memory
      rows marked (skipped without matplotlib).
 
@@ -91,7 +92,9 @@ tmp = tempfile.mkdtemp(prefix="locus-harness-")
 bindir = os.path.join(tmp, "bin")
 os.mkdir(bindir)
 FAKE = """#!/bin/sh
-# stand-in: a RESULT line; slower (SLEEP) when asked, a short time under jemalloc
+# stand-in: a RESULT line; slower (SLEEP) when asked, a short time under jemalloc;
+# with FAKE_PIDFILE, a run that ignores Ctrl-C and would last 30 s
+if [ -n "${FAKE_PIDFILE:-}" ]; then echo $$ >"$FAKE_PIDFILE"; trap '' INT; exec sleep 30; fi
 sleep ${FAKE_SLEEP:-0}
 t=0.5
 case "${LD_PRELOAD:-}" in *jemalloc*) t=0.001 ;; esac
@@ -165,6 +168,28 @@ try:
     check("geometric mean (%d of" % complete in md, "geometric means over the %d rows both allocators ran" % complete)
 except (OSError, ValueError) as e:
     check(False, "partial results readable: %s" % e)
+
+# A run in flight that ignores Ctrl-C is killed: the harness neither waits
+# for it nor leaves it behind.
+out = os.path.join(tmp, "stubborn")
+pidfile = os.path.join(tmp, "stubborn.pid")
+env = dict(os.environ, FAKE_PIDFILE=pidfile)
+p = harness(["--out", out, "--only", "timestep", "--allocators", "glibc"], env=env, start_new_session=True)
+for _ in range(100):
+    if os.path.exists(pidfile) and open(pidfile).read().strip():
+        break
+    time.sleep(0.1)
+t0 = time.time()
+os.killpg(p.pid, signal.SIGINT)
+_, err = p.communicate(timeout=60)
+child = int(open(pidfile).read())
+try:
+    os.kill(child, 0)
+    gone = False
+except ProcessLookupError:
+    gone = True
+check(p.returncode == 130 and time.time() - t0 < 20 and gone,
+      "a run ignoring Ctrl-C is killed (status %d after %.1f s, child gone: %s)" % (p.returncode, time.time() - t0, gone))
 
 # 6. the plot
 try:

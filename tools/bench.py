@@ -307,6 +307,13 @@ def run_one(argv, env, timeout, scratch):
             break
         except InterruptedError:
             continue
+        except KeyboardInterrupt:     # Ctrl-C: the run in flight is dropped, its process too
+            timer.cancel()
+            kill()
+            os.waitpid(pid, 0)
+            if pidfd is not None:
+                os.close(pidfd)
+            raise
     wall = time.perf_counter() - t0
     with lock:
         reaped.append(True)
