@@ -46,7 +46,10 @@ size_t locus_usable_size(const void *ptr);
 
 /* ---- Profiles -------------------------------------------------------------
  * A profile sets how much freed memory the memory sources keep for reuse:
- *   "eco"  keep nothing: memory goes back to the OS at once (lowest footprint);
+ *   "eco"  keep nothing: memory goes back to the OS at once (lowest footprint,
+ *          but every large block is mapped and faulted anew: a program that
+ *          frees and allocates large blocks in a loop runs several times
+ *          slower than under glibc, up to 34x in docs/results.md);
  *   "uma"  keep up to LOCUS_CACHE_MAX bytes (default 500 MiB) in total;
  *   "numa" keep up to LOCUS_CACHE_MAX bytes per NUMA node;
  *   "auto" decide per source (per node, as numa) from how soon freed memory
@@ -161,11 +164,17 @@ typedef struct locus_stats {
 /* Fill *st with process-wide totals. */
 void locus_stats_get(locus_stats_t *st);
 
-/* Print a readable report to stderr (or the file named by LOCUS_STATS_FILE). */
+/* Print a readable report to stderr (or the file named by LOCUS_STATS_FILE,
+ * where %p is the process id, %r the MPI rank, %% a percent sign). It keeps
+ * apart what the program holds (large blocks live; small and medium blocks
+ * only as the heap chunks they come from), what locus reserved (mapped
+ * through the memory sources: bytes_in_use + bytes_cached) and what is
+ * resident for the whole process. */
 void locus_stats_print(void);
 
 /* Write the statistics as one JSON object into buf (always NUL-terminated when
- * len > 0). Returns the length the full text needs, excluding the NUL, like
+ * len > 0); beside the fields above it has bytes_reserved, bytes_large_live,
+ * bytes_chunks and bytes_resident, as in the report. Returns the length the full text needs, excluding the NUL, like
  * snprintf: a return value >= len means the text was truncated. */
 size_t locus_stats_json(char *buf, size_t len);
 

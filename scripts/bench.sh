@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# The main benchmark command: installs the peer allocators, builds locus and
-# the workloads (Release), then runs the full comparison with tools/bench.py.
-# Extra arguments go to tools/bench.py, e.g.
-#   scripts/bench.sh --repeat 3 --only timestep,hera --allocators glibc,locus-eco
+# The main benchmark command: installs the peer allocators and matplotlib if
+# missing (scripts/setup.sh bench), builds locus and the workloads (Release),
+# then runs the comparison with tools/bench.py:
+#   scripts/bench.sh           the default run: 13 workloads, the four peers and
+#                              two locus profiles, 3 repetitions (<= 10 min here)
+#   scripts/bench.sh --full    every workload under every allocator, 5 repetitions (hours)
+#   scripts/bench.sh --quick   a smoke test (every workload once, small sizes)
+# Other arguments go to tools/bench.py too, e.g.
+#   scripts/bench.sh --repeat 5 --only timestep,hera --allocators glibc,locus-eco
 # Results land in results/scratch/<timestamp>/ (results.md, results.json, *.png),
 # which git ignores; to publish a run, copy it to results/<date>-<what>/ and
 # commit it (docs/benchmarks.md, "Publishing a run").

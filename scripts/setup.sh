@@ -112,7 +112,8 @@ if ((${#missing[@]})); then
   ((failed)) || echo "setup: done"
 fi
 
-if [ "$what" = bench ] || [ "$what" = all ]; then
+# matplotlib: the benchmarks' plots, and the plot checks of ctest bench_harness_logic.
+if [ "$what" = bench ] || [ "$what" = test ] || [ "$what" = all ]; then
   if ! python3 -c "import matplotlib" 2>/dev/null; then
     echo "setup: installing matplotlib"
     pipout=$(mktemp "${TMPDIR:-/tmp}/locus-pip.XXXXXX")

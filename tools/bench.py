@@ -1,18 +1,26 @@
 #!/usr/bin/env python3
-"""Benchmark harness for locus: runs every workload under every allocator.
+"""Benchmark harness for locus: runs workloads under allocators, side by side.
 
 The workloads are the bench_* programs built from bench/ (plain programs; the
-allocator is switched with LD_PRELOAD only).  Every (workload, allocator) pair
-is run --repeat times, interleaved (A B C A B C ...), and the child's rusage
+allocator is switched with LD_PRELOAD only).  Three modes (MODES): the default
+run, a representative set sized to finish in about ten minutes on 2 cores;
+--full, every workload under every allocator; --quick, a smoke test.  Every
+(workload, allocator) pair is run --repeat times, interleaved (A B C A B C ...),
+and the child's rusage
 (wall, user, sys, peak RSS, minor faults) is recorded together with the
 workload's own RESULT line.  Writes results.json, results.md and PNG plots to
 results/scratch/<timestamp>/ (git-ignored; or --out).  A run worth keeping is
 published by copying it to results/<date>-<what>/ and committing it: see
 "Publishing a run" in docs/benchmarks.md.
 
+Samples too short to time or far from their siblings are flagged and left
+out of every median (flag_samples); geometric means are over the rows every
+allocator completed (common_geomeans), which keeps an interrupted run's tables
+valid.
+
 Exit status: 0 if every run that was attempted validated its output, 1 if any
 run failed (non-zero exit, crash, timeout, check=fail, or a preload that did
-not take), 2 for usage errors.
+not take), 2 for usage errors, 130 when interrupted (Ctrl-C).
 """
 
 import argparse
@@ -34,41 +42,72 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 
-# (id, program, extra arguments).  The id is what tables and plots show.
+class Workload:
+    """One workload: a bench_* program and its arguments.
+
+    id       what tables and plots show
+    program  bench/<program>.c, built as bench_<program>
+    args     its arguments in every mode
+    family   the plot's panel and the tables' group
+    default  extra arguments for the default run, sized so that a run lasts
+             about a second here and its timed part at least MIN_TIMED_S (the
+             workload repeats its loop inside the run); None: --full only
+    memory   its metric is memory (MiB), not time: marked in tables and plots
+    """
+
+    def __init__(self, id, program, args=(), family="other", default=None, memory=False):
+        self.id, self.program, self.args = id, program, list(args)
+        self.family, self.default, self.memory = family, default, memory
+
+    def argv(self, mode):
+        """The arguments for mode: quick (--quick sizes), default, full."""
+        if mode == "quick":
+            return self.args + ["--quick"]
+        if mode == "default" and self.default is not None:
+            return self.args + list(self.default)
+        return list(self.args)
+
+
+LARGE, SMALL, THREADS, MEMORY, SYSTEM = ("large blocks", "small blocks", "between threads", "memory",
+                                         "kernel and caches")
+W = Workload
+# Adding a workload is one entry here (and its program in bench/CMakeLists.txt).
 WORKLOADS = [
-    ("page_fault", "page_fault", []),
-    ("alloc_cost", "alloc_cost", []),
-    ("local_batch_32", "local_batch", ["--size", "32"]),
-    ("local_batch_128k", "local_batch", ["--size", "128K"]),
-    ("prodcons_32", "prodcons", ["--size", "32"]),
-    ("prodcons_2m", "prodcons", ["--size", "2M"]),
-    ("exchange_64", "random_exchange", ["--max-size", "64"]),
-    ("exchange_2m", "random_exchange", ["--max-size", "2M"]),
-    ("timestep", "timestep", []),
-    ("hera", "hera", []),
-    ("realloc_grow", "realloc_grow", []),
-    ("calloc_recycled", "calloc_recycled", []),
-    ("numa_first_touch", "numa_first_touch", []),
-    ("cache_align", "cache_align", []),
-    ("small_random", "small_random", []),
-    ("small_ring", "small_ring", []),
+    W("page_fault", "page_fault", family=SYSTEM),
+    W("alloc_cost", "alloc_cost", family=SYSTEM),
+    W("local_batch_32", "local_batch", ["--size", "32"], family=SMALL),
+    W("local_batch_128k", "local_batch", ["--size", "128K"], family=LARGE),
+    W("prodcons_32", "prodcons", ["--size", "32"], family=THREADS, default=["--count", "10000000"]),
+    W("prodcons_2m", "prodcons", ["--size", "2M"], family=LARGE, default=["--count", "20000"]),
+    W("exchange_64", "random_exchange", ["--max-size", "64"], family=THREADS, default=["--ops", "5000000"]),
+    W("exchange_2m", "random_exchange", ["--max-size", "2M"], family=THREADS),
+    W("timestep", "timestep", family=LARGE, default=["--steps", "30"]),
+    W("hera", "hera", family=LARGE, default=["--iters", "600"]),
+    W("realloc_grow", "realloc_grow", family=LARGE, default=["--reps", "20", "--min-ms", "300"]),
+    W("calloc_recycled", "calloc_recycled", family=LARGE),
+    W("numa_first_touch", "numa_first_touch", family=SYSTEM),
+    W("cache_align", "cache_align", family=SYSTEM),
+    W("small_random", "small_random", family=SMALL, default=["--iters", "8000000"]),
+    W("small_ring", "small_ring", family=THREADS),
     # Allocator-bound small-object workloads (issue 10): one word written and
     # checked at each end of a block, checksums compared across allocators.
-    ("ab_random_1t", "ab_random", ["--threads", "1"]),
-    ("ab_random_2t", "ab_random", ["--threads", "2"]),
-    ("ab_batch_1t", "ab_batch", ["--threads", "1"]),
-    ("ab_batch_2t", "ab_batch", ["--threads", "2"]),
-    ("ab_bulk1m_1t", "ab_batch", ["--batch", "1000000", "--min", "16", "--max", "256", "--threads", "1"]),
-    ("ab_prodcons", "ab_prodcons", []),
-    ("ab_exchange_1t", "ab_exchange", ["--threads", "1"]),
-    ("ab_exchange_2t", "ab_exchange", ["--threads", "2"]),
-    ("ab_larson", "ab_larson", []),
-    ("ab_churn", "ab_churn", []),
-    ("ab_cxx", "ab_cxx", []),
-    ("ab_omp", "ab_omp", []),
-    ("phased", "phased", []),
-    ("stencil", "stencil", []),
+    W("ab_random_1t", "ab_random", ["--threads", "1"], family=SMALL, default=["--iters", "20000000"]),
+    W("ab_random_2t", "ab_random", ["--threads", "2"], family=SMALL),
+    W("ab_batch_1t", "ab_batch", ["--threads", "1"], family=SMALL),
+    W("ab_batch_2t", "ab_batch", ["--threads", "2"], family=SMALL, default=["--rounds", "25000"]),
+    W("ab_bulk1m_1t", "ab_batch", ["--batch", "1000000", "--min", "16", "--max", "256", "--threads", "1"],
+      family=SMALL),
+    W("ab_prodcons", "ab_prodcons", family=THREADS),
+    W("ab_exchange_1t", "ab_exchange", ["--threads", "1"], family=THREADS),
+    W("ab_exchange_2t", "ab_exchange", ["--threads", "2"], family=THREADS, default=["--ops", "12000000"]),
+    W("ab_larson", "ab_larson", family=THREADS, default=["--ops", "12000000"]),
+    W("ab_churn", "ab_churn", family=SMALL),
+    W("ab_cxx", "ab_cxx", family=SMALL, default=["--ops", "6000000"]),
+    W("ab_omp", "ab_omp", family=MEMORY, default=["--scale", "4"], memory=True),
+    W("phased", "phased", family=MEMORY, memory=True),
+    W("stencil", "stencil", family=SYSTEM),
 ]
+FAMILIES = [LARGE, SMALL, THREADS, MEMORY, SYSTEM]
 
 # Programs that need more than a C compiler (g++, OpenMP): when they were not
 # built, their workloads are skipped with a note instead of failing the run.
@@ -91,6 +130,30 @@ LOCUS_PROFILES = [
 ]
 
 PEER_NAMES = [p[0] for p in PEERS]
+
+# The modes: which workloads, allocators and repetitions, unless the command
+# line says otherwise. The default run keeps to about ten minutes on a
+# 2-core machine: the workloads with `default` sizes, the four peers, and
+# locus's default profile and uma (eco, whose large blocks are mapped anew
+# each time, takes 100 times glibc's time on prodcons_2m: --full has it).
+MODES = {
+    "quick": {"workloads": "all", "allocators": None, "repeat": 1, "timeout": 120.0},
+    "default": {"workloads": "default", "allocators": ["glibc", "jemalloc", "tcmalloc", "mimalloc", "locus-auto",
+                                                       "locus-uma"], "repeat": 3, "timeout": 300.0},
+    "full": {"workloads": "all", "allocators": None, "repeat": 5, "timeout": 1800.0},
+}
+# Seconds per run assumed for the announced estimate when no earlier run of
+# the same mode says better (results/**/results.json).
+EST_FALLBACK = {"quick": 1.0, "default": 1.5, "full": 6.0}
+
+# A timed sample shorter than this is too short to time (start-up, the
+# scheduler's quantum and the clock weigh in it): flagged, not averaged.
+MIN_TIMED_S = 0.1
+# A sample this many times above or below the median of the runs of its
+# workload and allocator (at least 3 runs) is flagged as implausible. Not
+# less: on this shared machine single runs of a workload spread 3-6x under
+# load, and the median of three already ignores one of them.
+OUTLIER_FACTOR = 10.0
 
 
 def log(msg):
@@ -245,6 +308,13 @@ def run_one(argv, env, timeout, scratch):
             break
         except InterruptedError:
             continue
+        except KeyboardInterrupt:     # Ctrl-C: the run in flight is dropped, its process too
+            timer.cancel()
+            kill()
+            os.waitpid(pid, 0)
+            if pidfd is not None:
+                os.close(pidfd)
+            raise
     wall = time.perf_counter() - t0
     with lock:
         reaped.append(True)
@@ -406,16 +476,62 @@ def cost(value, ref, better):
     return value / ref if better == "lower" else ref / value
 
 
+def timed_s(rec):
+    """How long the sample's timed part lasted: the workload's time_s, its
+    value when the metric is a time in seconds, else the process's wall time."""
+    x = rec.get("extra", {}).get("time_s")
+    if isinstance(x, (int, float)):
+        return x
+    if rec.get("unit") == "s" and isinstance(rec.get("value"), (int, float)):
+        return rec["value"]
+    return rec.get("wall_s")
+
+
+def flag_samples(runs, workloads, min_timed=MIN_TIMED_S, factor=OUTLIER_FACTOR):
+    """Marks the successful runs whose value cannot be trusted (rec["flag"],
+    a reason): a timed part shorter than min_timed (not for memory metrics),
+    or a value more than factor times above or below the median of the
+    unflagged runs of its workload and allocator, itself included (at least
+    three runs). Flagged runs stay in the JSON and are listed, but no
+    median, ratio or mean uses them. Returns the number flagged."""
+    memory = {w.id for w in workloads if w.memory}
+    n = 0
+    for r in runs:
+        if not r.get("ok") or r.get("flag") or r["workload"] in memory:
+            continue
+        t = timed_s(r)
+        if isinstance(t, (int, float)) and t < min_timed:
+            r["flag"] = "too short to time (%.3f s timed, under %.2f s)" % (t, min_timed)
+            n += 1
+    groups = {}
+    for r in runs:
+        if r.get("ok") and not r.get("flag") and isinstance(r.get("value"), (int, float)) and r["value"] > 0:
+            groups.setdefault((r["workload"], r["allocator"]), []).append(r)
+    for rs in groups.values():
+        if len(rs) < 3:
+            continue
+        m = median([x["value"] for x in rs])
+        for r in rs:
+            if m and (r["value"] > factor * m or r["value"] * factor < m):
+                r["flag"] = "implausible: %.3g is %.2gx the median %.3g of the %d runs" % (
+                    r["value"], r["value"] / m, m, len(rs))
+                n += 1
+    return n
+
+
 def summarise(runs, workloads, allocs):
     summ = {}
-    for wid, _, _ in workloads:
+    for wl in workloads:
+        wid = wl.id
         per = {}
         for a in allocs:
             rs = [r for r in runs if r["workload"] == wid and r["allocator"] == a["name"]]
             if not rs:
                 continue
-            ok = [r for r in rs if r["ok"]]
-            s = {"runs": len(rs), "ok": len(ok), "failed": len(rs) - len(ok)}
+            ok = [r for r in rs if r["ok"] and not r.get("flag")]
+            flagged = [r for r in rs if r["ok"] and r.get("flag")]
+            s = {"runs": len(rs), "ok": len(ok), "failed": len(rs) - len(ok) - len(flagged),
+                 "flagged": len(flagged)}
             if ok:
                 s["metric"] = ok[0].get("metric")
                 s["unit"] = ok[0].get("unit")
@@ -448,7 +564,7 @@ def summarise(runs, workloads, allocs):
         # down for a while moves a repetition's runs together.
         by_rep = {}
         for r in runs:
-            if r["workload"] == wid and r["ok"] and isinstance(r.get("value"), (int, float)):
+            if r["workload"] == wid and r["ok"] and not r.get("flag") and isinstance(r.get("value"), (int, float)):
                 by_rep.setdefault(r.get("rep"), {})[r["allocator"]] = r["value"]
         for n, s in per.items():
             if s.get("value") is None:
@@ -460,13 +576,25 @@ def summarise(runs, workloads, allocs):
                 s["vs_best_peer_paired"] = median(xs)   # skips what cost() left as None
             if per.get("glibc", {}).get("wall_s"):
                 s["wall_vs_glibc"] = s["wall_s"] / per["glibc"]["wall_s"]
-        summ[wid] = {"best_peer": best[0] if best else None, "allocators": per}
+        summ[wid] = {"best_peer": best[0] if best else None, "allocators": per, "family": wl.family,
+                     "memory": wl.memory}
     return summ
 
 
 def geomean(xs):
     xs = [x for x in xs if x]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def common_geomeans(summ, names, key):
+    """Geometric means of key per allocator over the rows every allocator has
+    a value for (an interrupted or failed run leaves some rows incomplete:
+    means over different rows would not compare). Returns ({name: mean},
+    the rows used)."""
+    rows = [w for w, ws in summ.items()
+            if all((ws["allocators"].get(n) or {}).get(key) and not ws["allocators"][n].get("failed")
+                   for n in names)]
+    return {n: geomean([summ[w]["allocators"][n][key] for w in rows]) for n in names}, rows
 
 
 # --------------------------------------------------------------------------
@@ -512,12 +640,83 @@ def f3(x):
     return "%.3f" % x if ax < 10 else "%.1f" % x
 
 
+SMOKE_NOTE = ("SMOKE TEST (--quick): every workload once at small sizes, to check that each runs and "
+              "validates its output under each allocator. Its figures do not compare allocators (runs of "
+              "milliseconds, start-up and a few steps dominate them): run scripts/bench.sh without --quick "
+              "for results.")
+
+
+def family_of(wid, ws):
+    """A summary row's family; runs published before families were recorded
+    take it from WORKLOADS."""
+    if "family" in ws:
+        return ws["family"]
+    return next((w.family for w in WORKLOADS if w.id == wid), "other")
+
+
+def is_memory(wid, ws):
+    if "memory" in ws:
+        return ws["memory"]
+    return next((w.memory for w in WORKLOADS if w.id == wid), False)
+
+
+def by_family(summ):
+    """The workload ids of summ, grouped by family in FAMILIES order."""
+    fam = {w: family_of(w, ws) for w, ws in summ.items()}
+    order = FAMILIES + sorted(set(fam.values()) - set(FAMILIES))
+    return [(f, [w for w in summ if fam[w] == f]) for f in order if f in fam.values()]
+
+
+def row_label(wid, ws):
+    return wid + (" (memory)" if is_memory(wid, ws) else "")
+
+
+def ratio_table(summ, names, key="vs_glibc"):
+    """The Markdown lines of a table of key (a cost ratio) per workload,
+    grouped by family, and the geometric means over the rows every column
+    has. The README's results table is this table of a published run
+    (tests/structure/docs_examples.py checks it)."""
+    L = ["| workload | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for fam, wids in by_family(summ):
+        L.append("| ***%s*** |%s" % (fam, " |" * len(names)))
+        for wid in wids:
+            ws = summ[wid]
+            row = []
+            for n in names:
+                s = ws["allocators"].get(n)
+                if s is None:
+                    row.append("—")
+                elif s.get("failed"):
+                    row.append("**FAIL**")
+                else:
+                    cell = f3(s.get(key))
+                    if key == "vs_glibc" and n == ws.get("best_peer"):
+                        cell += " ★"
+                    if s.get("flagged"):
+                        cell += " ⚑"
+                    row.append(cell)
+            L.append("| %s | %s |" % (row_label(wid, ws), " | ".join(row)))
+    means, rows = common_geomeans(summ, names, key)
+    L.append("| *geometric mean (%d of %d rows)* | %s |" % (len(rows), len(summ),
+                                                          " | ".join(f3(means[n]) for n in names)))
+    return L
+
+
 def write_markdown(path, meta, summ, allocs, runs, notes):
     names = [a["name"] for a in allocs]
     L = []
-    L.append("# locus benchmark results\n")
+    if meta["mode"] == "quick":
+        L.append("# locus benchmark SMOKE TEST, not results\n")
+        L.append("**%s**\n" % SMOKE_NOTE)
+    else:
+        L.append("# locus benchmark results\n")
+    if meta.get("interrupted"):
+        L.append("**Partial: %s.** The tables hold the runs done; geometric means are over the rows every "
+                 "allocator completed.\n" % meta["interrupted"])
     L.append("- date: %s" % meta["date"])
-    L.append("- mode: %s, repeat %d, interleaved runs" % (meta["mode"], meta["repeat"]))
+    L.append("- mode: %s, repeat %d, interleaved runs, %d runs%s" % (
+        meta["mode"], meta["repeat"], meta.get("runs_done", len(runs)),
+        " in %s" % fmt_dur(meta["elapsed_s"]) if meta.get("elapsed_s") else ""))
     h = meta["host"]
     L.append("- host: %s, %s CPUs, %s GiB, %s NUMA node(s), kernel %s, THP %s" % (
         h.get("cpu", "?"), h.get("cpus"), h.get("mem_gib"), h.get("numa_nodes"), h.get("kernel"),
@@ -539,28 +738,11 @@ def write_markdown(path, meta, summ, allocs, runs, notes):
             L.append("The ratio to the best peer (the same peer as above) within each repetition, whose "
                      "runs follow each other, then the median over the repetitions: steadier than the "
                      "ratio of the medians when the host's speed drifts between repetitions.\n")
-        L.append("| workload | " + " | ".join(names) + " |")
-        L.append("|---" * (len(names) + 1) + "|")
-        cols = {n: [] for n in names}
-        for wid, ws in summ.items():
-            row = []
-            for n in names:
-                s = ws["allocators"].get(n)
-                if s is None:
-                    row.append("—")
-                elif s.get("failed"):
-                    row.append("**FAIL**")
-                else:
-                    v = s.get(key)
-                    cols[n].append(v)
-                    cell = f3(v)
-                    if key == "vs_glibc" and n == ws.get("best_peer"):
-                        cell += " ★"
-                    row.append(cell)
-            L.append("| %s | %s |" % (wid, " | ".join(row)))
-        L.append("| *geometric mean* | %s |" % " | ".join(f3(geomean(cols[n])) for n in names))
+        L.extend(ratio_table(summ, names, key))
         L.append("")
-    L.append("★ marks the best peer of the workload.\n")
+    L.append("★ marks the best peer of the workload; ⚑ a cell some of whose samples were flagged and left out "
+             "(see \"Flagged samples\"); (memory) a row whose metric is memory, not time. Geometric means "
+             "are over the rows where every allocator has a value.\n")
     L.append("## Workload metrics (medians)\n")
     L.append("| workload | metric | unit | better | " + " | ".join(names) + " |")
     L.append("|---" * (len(names) + 4) + "|")
@@ -666,6 +848,16 @@ def write_markdown(path, meta, summ, allocs, runs, notes):
                 n, rng, f3(s.get("vs_glibc")), f3(s.get("vs_best_peer")), f3(s["wall_s"]), f3(s["user_s"]),
                 f3(s["sys_s"]), f3(s["maxrss_kib"] / 1024.0), int(s["minflt"]), s["ok"], s["runs"]))
         L.append("")
+    flagged = [r for r in runs if r.get("ok") and r.get("flag")]
+    L.append("## Flagged samples\n")
+    L.append("Runs that validated but whose value is not used: a timed part under %.2f s, or a value "
+             "more than %gx above or below the median of the runs of its workload and allocator.\n"
+             % (MIN_TIMED_S, OUTLIER_FACTOR))
+    if not flagged:
+        L.append("None.\n")
+    for r in flagged:
+        L.append("- %s under %s (rep %d): %s" % (r["workload"], r["allocator"], r["rep"], r["flag"]))
+    L.append("")
     fails = [r for r in runs if not r["ok"]]
     L.append("## Failures\n")
     if not fails:
@@ -679,7 +871,70 @@ def write_markdown(path, meta, summ, allocs, runs, notes):
         f.write("\n".join(L) + "\n")
 
 
-def make_plots(outdir, summ, allocs, runs):
+def ratios_figure(plt, summ, names, smoke=False):
+    """The cost ratio to glibc of each allocator on each workload: one panel
+    per family (two columns), bars grouped by workload, log scale, a line at
+    1, memory rows hatched and labelled, the legend outside on the right.
+    None when there is nothing to draw."""
+    fams = [(f, ws) for f, ws in by_family(summ) if ws]
+    if not fams:
+        return None
+    ncols = 2 if len(fams) > 1 else 1
+    nrows = (len(fams) + ncols - 1) // ncols
+    widest = max(len(ws) for _, ws in fams)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(5.0, 1.1 * widest + 1.5) * ncols, 3.4 * nrows),
+                             squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"][1:]   # glibc's is the line at 1
+    names = [n for n in names if n != "glibc"]
+    width = 0.8 / max(1, len(names))
+    for k, (fam, wids) in enumerate(fams):
+        ax = axes[k // ncols][k % ncols]
+        for i, n in enumerate(names):
+            for j, w in enumerate(wids):
+                v = (summ[w]["allocators"].get(n) or {}).get("vs_glibc")
+                if not v:
+                    continue
+                # From the line at 1: up is worse than glibc, down better.
+                ax.bar(j + (i - (len(names) - 1) / 2.0) * width, v - 1.0, width, bottom=1.0,
+                       color=colors[i % len(colors)],
+                       hatch="//" if is_memory(w, summ[w]) else None, edgecolor="white", linewidth=0.3,
+                       )
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(lo, 0.8), max(hi, 1.25))
+        ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda y, _: "%g" % float("%.2g" % y)))
+        lo, hi = ax.get_ylim()
+        every = hi / lo < 4          # a narrow range: label every minor tick
+        ax.yaxis.set_minor_formatter(plt.FuncFormatter(
+            lambda y, _, every=every: "%g" % float("%.1g" % y)
+            if every or float("%.1g" % y) in (0.2, 0.3, 0.5, 2, 3, 5, 20, 50) else ""))
+        ax.set_xticks(range(len(wids)))
+        ax.set_xticklabels([w + ("\n(memory)" if is_memory(w, summ[w]) else "") for w in wids], fontsize=8,
+                           rotation=20 if len(wids) > 5 else 0)
+        ax.set_title(fam, fontsize=10)
+        ax.set_ylabel("peak MiB / glibc's" if all(is_memory(w, summ[w]) for w in wids) else "cost / glibc's",
+                      fontsize=8)
+        ax.tick_params(axis="y", which="both", labelsize=7)
+        ax.grid(axis="y", which="both", alpha=0.25)
+    for k in range(len(fams), nrows * ncols):
+        axes[k // ncols][k % ncols].axis("off")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[i % len(colors)]) for i in range(len(names))]
+    labels = ["glibc (= 1)"] + names
+    handles.insert(0, plt.Line2D([0], [0], color="k", lw=0.8))
+    if any(is_memory(w, ws) for w, ws in summ.items()):
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="lightgrey", hatch="//", edgecolor="white"))
+        labels.append("memory row (peak MiB)")
+    fig.legend(handles, labels, loc="center left",
+               bbox_to_anchor=(1.0, 0.5),
+               fontsize=9, frameon=False)
+    fig.suptitle(("SMOKE TEST (--quick), not results: " if smoke else "") +
+                 "cost relative to glibc, median of the runs: bars from 1 (glibc), down is better; log scale", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def make_plots(outdir, summ, allocs, runs, meta_mode="default"):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -688,23 +943,10 @@ def make_plots(outdir, summ, allocs, runs):
         return ["plots skipped: matplotlib not importable (%s)" % e]
     made = []
     names = [a["name"] for a in allocs]
-    # 1. ratios per workload
-    wids = [w for w in summ]
-    if wids:
-        fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(wids)), 5))
-        width = 0.8 / max(1, len(names))
-        for i, n in enumerate(names):
-            ys = [summ[w]["allocators"].get(n, {}).get("vs_glibc") or 0 for w in wids]
-            ax.bar([j + i * width for j in range(len(wids))], ys, width, label=n)
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(wids))])
-        ax.set_xticklabels(wids, rotation=35, ha="right")
-        ax.set_ylabel("cost relative to glibc (lower is better)")
-        ax.set_yscale("log")
-        ax.legend(fontsize=8, ncol=2)
-        ax.set_title("locus benchmarks: median cost ratio to glibc")
-        fig.tight_layout()
-        fig.savefig(os.path.join(outdir, "ratios.png"), dpi=110)
+    # 1. ratios per workload: a panel per family, the legend outside
+    fig = ratios_figure(plt, summ, names, smoke=meta_mode == "quick")
+    if fig is not None:
+        fig.savefig(os.path.join(outdir, "ratios.png"), dpi=100, bbox_inches="tight")
         plt.close(fig)
         made.append("ratios.png")
     # 2. fault-cost histograms (allocator independent: first allocator that has them)
@@ -770,10 +1012,72 @@ def make_plots(outdir, summ, allocs, runs):
 
 # --------------------------------------------------------------------------
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes (a few seconds per pair); smoke test")
-    ap.add_argument("--repeat", type=int, default=None, help="runs per pair (default 5, quick 1)")
+def replot(rundir, out, columns=None):
+    """ratios.png of a published run, drawn again (e.g. with other columns)."""
+    with open(os.path.join(rundir, "results.json")) as f:
+        d = json.load(f)
+    names = [a["name"] for a in d["allocators"]]
+    if columns:
+        names = [n for n in columns.split(",") if n in names]
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = ratios_figure(plt, d["summary"], names, smoke=d["meta"].get("mode") == "quick")
+    fig.savefig(out, dpi=100, bbox_inches="tight")
+    log("bench: %s drawn from %s" % (out, os.path.join(rundir, "results.json")))
+    return 0
+
+
+def estimate(workloads, allocs, mode, repeat):
+    """(seconds, source) for the whole run: the median wall time of each
+    (workload, allocator) in the newest earlier run of the same mode found
+    under results/ (published or scratch), EST_FALLBACK for the others."""
+    per, source = {}, None
+    files = sorted(glob.glob(os.path.join(REPO, "results", "**", "results.json"), recursive=True),
+                   key=os.path.getmtime, reverse=True)
+    for f in files[:40]:
+        try:
+            with open(f) as fh:
+                d = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if d.get("meta", {}).get("mode") != mode:
+            continue
+        for w, ws in d.get("summary", {}).items():
+            for a, st in ws.get("allocators", {}).items():
+                if isinstance(st.get("wall_s"), (int, float)):
+                    per.setdefault((w, a), st["wall_s"])
+        source = source or os.path.relpath(f, REPO)
+    total, known = 0.0, 0
+    for w in workloads:
+        for a in allocs:
+            t = per.get((w.id, a["name"]))
+            known += t is not None
+            total += (t if t is not None else EST_FALLBACK[mode]) + 0.05
+    return total * repeat, (source if known else None)
+
+
+def select_workloads(mode, only):
+    if only:
+        keys = [x.strip() for x in only.split(",") if x.strip()]
+        return [w for w in WORKLOADS if any(w.id == k or w.id.startswith(k) or w.program == k for k in keys)]
+    if MODES[mode]["workloads"] == "default":
+        return [w for w in WORKLOADS if w.default is not None]
+    return list(WORKLOADS)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        epilog="Modes: the default run (%d workloads, %s, %d repetitions: about ten minutes on a 2-core "
+               "machine); --full, every workload under every allocator, %d repetitions (hours); --quick, a "
+               "smoke test (every workload once at small sizes; its figures compare nothing)."
+               % (len([w for w in WORKLOADS if w.default is not None]), ", ".join(MODES["default"]["allocators"]),
+                  MODES["default"]["repeat"], MODES["full"]["repeat"]))
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="smoke test: every workload once, small sizes")
+    g.add_argument("--full", action="store_true", help="every workload under every allocator, full sizes")
+    ap.add_argument("--repeat", type=int, default=None, help="runs per pair (default 3, --full 5, --quick 1)")
     ap.add_argument("--only", default=None, help="comma-separated workload ids or prefixes")
     ap.add_argument("--allocators", default=None, help="comma-separated allocator names")
     ap.add_argument("--out", default=None, help="output directory (default results/scratch/<timestamp>, git-ignored)")
@@ -782,33 +1086,38 @@ def main():
     ap.add_argument("--allow-stale", action="store_true",
                     help="run even when a source file is newer than the locus library")
     ap.add_argument("--bin-dir", default=None, help="directory holding the bench_* programs")
-    ap.add_argument("--timeout", type=float, default=None, help="seconds per run (default 120 quick, 1800 full)")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds per run (default 120 quick, 300 default, 1800 full)")
     ap.add_argument("--threads", type=int, default=None, help="passed to the workloads as --threads")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--list", action="store_true", help="list workloads and allocators, then exit")
-    args = ap.parse_args()
-    repeat = args.repeat if args.repeat is not None else (1 if args.quick else 5)
-    timeout = args.timeout or (120.0 if args.quick else 1800.0)
+    ap.add_argument("--replot", nargs=2, metavar=("RESULTS_DIR", "OUT_PNG"),
+                    help="draw the ratio plot of an earlier run (its results.json) into OUT_PNG, then exit; "
+                         "--allocators picks the columns")
+    args = ap.parse_args(argv)
+    if args.replot:
+        return replot(args.replot[0], args.replot[1], args.allocators)
+    mode = "quick" if args.quick else "full" if args.full else "default"
+    repeat = args.repeat if args.repeat is not None else MODES[mode]["repeat"]
+    timeout = args.timeout or MODES[mode]["timeout"]
     if repeat < 1:
         ap.error("--repeat must be >= 1")
 
     allocs, notes = discover_allocators(args.locus_lib)
-    if args.allocators:
-        want = [x.strip() for x in args.allocators.split(",") if x.strip()]
+    want = [x.strip() for x in args.allocators.split(",") if x.strip()] if args.allocators else \
+        MODES[mode]["allocators"]
+    if want:
         known = [a["name"] for a in allocs]
         for w in want:
             if w not in known:
                 notes.append("allocator %s not available, skipped" % w)
-        allocs = [a for a in allocs if a["name"] in want]
-    workloads = WORKLOADS
-    if args.only:
-        keys = [x.strip() for x in args.only.split(",") if x.strip()]
-        workloads = [w for w in WORKLOADS if any(w[0] == k or w[0].startswith(k) or w[1] == k for k in keys)]
-        if not workloads:
-            ap.error("--only matched no workload; known: " + ", ".join(w[0] for w in WORKLOADS))
+        allocs = sorted((a for a in allocs if a["name"] in want), key=lambda a: want.index(a["name"]))
+    workloads = select_workloads(mode, args.only)
+    if not workloads:
+        ap.error("--only matched no workload; known: " + ", ".join(w.id for w in WORKLOADS))
     bindir = find_bin_dir(args.bin_dir)
     if args.list:
-        print("workloads:", ", ".join(w[0] for w in workloads))
+        print("workloads:", ", ".join(w.id for w in workloads))
         print("allocators:", ", ".join(a["name"] for a in allocs))
         for n in notes:
             print("note:", n)
@@ -824,15 +1133,15 @@ def main():
             log("bench: " + msg + "; --allow-stale to run anyway")
             return 2
         notes.append("stale library: " + msg)
-    absent = [w for w in workloads if not os.access(os.path.join(bindir, "bench_" + w[1]), os.X_OK)]
+    absent = [w for w in workloads if not os.access(os.path.join(bindir, "bench_" + w.program), os.X_OK)]
     for w in absent:
-        if w[1] in OPTIONAL_PROGRAMS:
-            notes.append("%s skipped: bench_%s was not built (%s)" % (w[0], w[1], OPTIONAL_PROGRAMS[w[1]]))
-    workloads = [w for w in workloads if w not in absent or w[1] not in OPTIONAL_PROGRAMS]
+        if w.program in OPTIONAL_PROGRAMS:
+            notes.append("%s skipped: bench_%s was not built (%s)" % (w.id, w.program, OPTIONAL_PROGRAMS[w.program]))
+    workloads = [w for w in workloads if w not in absent or w.program not in OPTIONAL_PROGRAMS]
     if not workloads:
         log("bench: no workload left to run; " + "; ".join(notes))
         return 2
-    missing = [w[1] for w in workloads if not os.access(os.path.join(bindir, "bench_" + w[1]), os.X_OK)]
+    missing = [w.program for w in workloads if not os.access(os.path.join(bindir, "bench_" + w.program), os.X_OK)]
     if missing:
         log("bench: missing programs in %s: %s (build with: cmake -S . -B build -G Ninja && ninja -C build)"
             % (bindir, ", ".join("bench_" + m for m in sorted(set(missing)))))
@@ -844,8 +1153,14 @@ def main():
     os.makedirs(outdir, exist_ok=True)
     for n in notes:
         log("bench: note: " + n)
-    log("bench: %s mode, %d workload(s) x %d allocator(s) x %d repeat(s) -> %s" % (
-        "quick" if args.quick else "full", len(workloads), len(allocs), repeat, outdir))
+    if mode == "quick":
+        log("bench: " + SMOKE_NOTE)
+    total = len(workloads) * len(allocs) * repeat
+    est, est_from = estimate(workloads, allocs, mode, repeat)
+    log("bench: %s run: %d workload(s) x %d allocator(s) x %d repetition(s) = %d runs, estimated %s (%s); "
+        "Ctrl-C stops it and keeps the runs done -> %s" % (
+            mode, len(workloads), len(allocs), repeat, total, fmt_dur(est),
+            "from " + est_from if est_from else "no earlier %s run to go by" % mode, outdir))
 
     # The allocators' order rotates from one repetition to the next: a run
     # inherits the machine's state (free huge pages, page cache) from the run
@@ -854,54 +1169,63 @@ def main():
             for a in allocs[rep % len(allocs):] + allocs[:rep % len(allocs)]]
     prog = Progress(len(plan))
     runs = []
-    interrupted = False
+    interrupted = None
+    t_start = time.time()
     with tempfile.TemporaryDirectory(prefix="locus-bench-") as scratch:
         try:
             for i, (rep, w, a) in enumerate(plan):
-                wid, prog_name, extra = w
-                argv = [os.path.join(bindir, "bench_" + prog_name)] + extra + (["--quick"] if args.quick else [])
+                argv = [os.path.join(bindir, "bench_" + w.program)] + w.argv(mode)
                 if args.threads:
                     argv += ["--threads", str(args.threads)]
                 env = child_env(a)
                 rec, out, err = run_one(argv, env, timeout, scratch)
-                rec.update({"workload": wid, "allocator": a["name"], "rep": rep,
+                rec.update({"workload": w.id, "allocator": a["name"], "rep": rep,
                             "command": " ".join(["%s=%s" % (k, shlex.quote(v)) for k, v in
                                                  ([("LD_PRELOAD", a["preload"])] if a["preload"] else [])
                                                  + sorted(a["env"].items())] + [shlex.quote(x) for x in argv])})
                 evaluate(rec, out, err)
                 runs.append(rec)
-                prog.update(wid, rec["wall_s"], "%s/%s" % (wid, a["name"]), [p[1][0] for p in plan[i + 1:]],
+                prog.update(w.id, rec["wall_s"], "%s/%s" % (w.id, a["name"]), [p[1].id for p in plan[i + 1:]],
                             rec["ok"])
                 if not rec["ok"]:
                     log("bench: FAILED %s under %s: %s\n  command: %s%s" % (
-                        wid, a["name"], rec["reason"], rec["command"],
+                        w.id, a["name"], rec["reason"], rec["command"],
                         ("\n  " + rec["stderr_tail"].replace("\n", "\n  ")) if rec.get("stderr_tail") else ""))
         except KeyboardInterrupt:
-            interrupted = True
-            notes.append("interrupted after %d of %d runs" % (len(runs), len(plan)))
+            signal.signal(signal.SIGINT, signal.SIG_IGN)   # the tables get written
+            interrupted = "interrupted after %d of %d runs" % (len(runs), len(plan))
+            notes.append(interrupted)
     prog.finish()
+    if interrupted:
+        log("bench: %s; writing the tables of the runs done" % interrupted)
 
     if cross_check(runs):
         for r in runs:
             if not r["ok"] and r["reason"].startswith("checksum"):
                 log("bench: FAILED %s under %s: %s\n  command: %s" % (r["workload"], r["allocator"], r["reason"],
                                                                      r["command"]))
+    nflag = flag_samples(runs, workloads)
     summ = summarise(runs, workloads, allocs)
-    meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "mode": "quick" if args.quick else "full",
+    meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "mode": mode,
             "repeat": repeat, "host": host_info(), "bin_dir": bindir, "locus_lib": args.locus_lib,
-            "argv": sys.argv[1:], "format": 1}
+            "argv": sys.argv[1:] if argv is None else list(argv), "format": 2, "runs_planned": len(plan),
+            "runs_done": len(runs), "elapsed_s": time.time() - t_start, "interrupted": interrupted,
+            "min_timed_s": MIN_TIMED_S, "outlier_factor": OUTLIER_FACTOR}
     if not args.no_plots:
-        made = make_plots(outdir, summ, allocs, runs)
+        made = make_plots(outdir, summ, allocs, runs, mode)
         notes.extend(m for m in made if m.startswith("plots skipped"))
         meta["plots"] = [m for m in made if m.endswith(".png")]
     with open(os.path.join(outdir, "results.json"), "w") as f:
         json.dump({"meta": meta, "notes": notes, "allocators": allocs,
-                   "workloads": [{"id": w[0], "program": "bench_" + w[1], "args": w[2]} for w in workloads],
+                   "workloads": [{"id": w.id, "program": "bench_" + w.program, "args": w.argv(mode),
+                                  "family": w.family, "memory": w.memory} for w in workloads],
                    "summary": summ, "runs": runs}, f, indent=1)
     write_markdown(os.path.join(outdir, "results.md"), meta, summ, allocs, runs, notes)
 
     fails = [r for r in runs if not r["ok"]]
-    log("bench: %d run(s), %d failed; results in %s" % (len(runs), len(fails), outdir))
+    log("bench: %s%d of %d run(s) done in %s, %d failed, %d sample(s) flagged and left out; results in %s" % (
+        "SMOKE TEST: " if mode == "quick" else "", len(runs), len(plan), fmt_dur(time.time() - t_start),
+        len(fails), nflag, outdir))
     if not args.out:
         log("bench: this directory is git-ignored; to publish the run: cp -r %s results/%s-<what>/ "
             "and commit it (docs/benchmarks.md, \"Publishing a run\")"

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
@@ -334,9 +335,17 @@ bool os_secure(void) { return getauxval(AT_SECURE) != 0; }
 
 /* Before libc has set `environ` (the dynamic loader may call malloc that
  * early), read the environment from /proc; the copy lives in a static buffer. */
+static char env_copy[32768];
+static size_t env_len;
+
+static void env_copy_load(void) {
+  if (!env_len) {
+    int n = os_read_file("/proc/self/environ", env_copy, sizeof env_copy);
+    env_len = n > 0 ? (size_t)n : 1;
+  }
+}
+
 const char *os_getenv(const char *name) {
-  static char env_copy[32768];
-  static size_t env_len;
   if (os_secure()) return NULL;
   size_t nl = strlen(name);
   if (environ) {
@@ -344,11 +353,27 @@ const char *os_getenv(const char *name) {
       if (!strncmp(*e, name, nl) && (*e)[nl] == '=') return *e + nl + 1;
     return NULL;
   }
-  if (!env_len) {
-    int n = os_read_file("/proc/self/environ", env_copy, sizeof env_copy);
-    env_len = n > 0 ? (size_t)n : 1;
-  }
+  env_copy_load();
   for (size_t i = 0; i < env_len; i += strlen(env_copy + i) + 1)
     if (!strncmp(env_copy + i, name, nl) && env_copy[i + nl] == '=') return env_copy + i + nl + 1;
   return NULL;
 }
+
+/* Calls fn on every "NAME=value" entry of the environment that starts with
+ * prefix, read from where os_getenv reads; nothing in secure-execution mode.
+ * No allocation. */
+void os_env_each(const char *prefix, void (*fn)(const char *entry, void *ctx), void *ctx) {
+  if (os_secure()) return;
+  size_t pl = strlen(prefix);
+  if (environ) {
+    for (char **e = environ; *e; e++)
+      if (!strncmp(*e, prefix, pl)) fn(*e, ctx);
+    return;
+  }
+  env_copy_load();
+  for (size_t i = 0; i < env_len; i += strlen(env_copy + i) + 1)
+    if (!strncmp(env_copy + i, prefix, pl)) fn(env_copy + i, ctx);
+}
+
+/* setenv(3), which allocates: only outside malloc, from a constructor. */
+bool os_setenv(const char *name, const char *value) { return setenv(name, value, 1) == 0; }

@@ -128,6 +128,11 @@ int os_thread_cpus(uint64_t *bits, size_t words);
  * In secure-execution mode (setuid, setgid, capabilities) it returns NULL for
  * every variable: see os_secure(). */
 const char *os_getenv(const char *name);
+/* Calls fn on each "NAME=value" entry of the environment whose name starts
+ * with prefix (none in secure-execution mode); no allocation. */
+void os_env_each(const char *prefix, void (*fn)(const char *entry, void *ctx), void *ctx);
+/* setenv(3): allocates through malloc, so never from inside it. */
+bool os_setenv(const char *name, const char *value);
 int os_read_file(const char *path, char *buf, size_t len);
 /* The /proc/self/pagemap entries of the n pages from page number `first`
  * (address / page size): bit 63 present, bits 0-54 the frame number (0 when

@@ -4,9 +4,17 @@
  *
  * A malformed or out-of-range value in the environment prints one warning
  * naming the variable, the value and what is accepted, and the default stays
- * in force. In secure-execution mode (setuid and the like) the environment is
+ * in force. A LOCUS_ name that is no setting but close to one (a misspelling,
+ * LOCUS_PROFLE) is warned about once, naming the closest setting; names far
+ * from every setting belong to the tools (LOCUS_LIB...) and pass silently.
+ * In secure-execution mode (setuid and the like) the environment is
  * not read at all (os_getenv returns NULL): a less privileged user must not
- * steer a privileged program's allocator or make it write files. */
+ * steer a privileged program's allocator or make it write files.
+ *
+ * Once per process tree: a process that printed its banner (LOCUS_VERBOSE=1)
+ * or a warning about an unknown name sets LOCUS_SHOWN_BY=<its pid> in its
+ * environment (from a constructor, outside malloc); the programs it starts
+ * inherit it and print neither. LOCUS_VERBOSE=all prints the banner in each. */
 #include "util/options.h"
 
 #include <errno.h>
@@ -39,6 +47,12 @@ static const char *const profile_names[] = {"eco", "uma", "numa", "auto", NULL};
 static const char *const thp_names[] = {"auto", "on", "off", NULL};
 
 const char *profile_name(profile_t p) { return profile_names[p]; }
+
+/* Set in the environment by a process that printed its banner or its
+ * unknown-name warnings, for the processes it starts (see the top). */
+#define SHOWN_VAR "LOCUS_SHOWN_BY"
+static bool verbose_all;               /* LOCUS_VERBOSE=all: the banner in every process */
+static bool shown_here;                /* this process printed what SHOWN_VAR stands for */
 
 /* The statistics file name; written under the lock, copied out under it. */
 static lock_t file_lock;
@@ -124,7 +138,8 @@ static void profile_changed(void) {
 #define START false
 static option_t table[] = {
   {{"profile", "LOCUS_PROFILE", "enum", "auto", "eco, uma, numa, auto",
-    "How much freed memory the sources keep: eco none (lowest footprint), uma up to "
+    "How much freed memory the sources keep: eco none (lowest footprint, but every large block is mapped "
+    "and faulted anew: several times slower than glibc where large blocks are freed and allocated in a loop), uma up to "
     "LOCUS_CACHE_MAX in one source, numa up to LOCUS_CACHE_MAX per NUMA node, reused on the same node; "
     "auto decides per source from reuse and memory pressure (docs/adaptive.md).", RT},
    T_ENUM, 0, 0, profile_names, &locus_opt.profile, profile_changed},
@@ -173,8 +188,10 @@ static option_t table[] = {
     "node and the profile is numa, else first touch), interleave (pages round-robin over the allowed "
     "nodes), bind:N (every page on node N), preferred:N (node N while it has free memory).", START},
    T_NUMA, 0, 0, NULL, NULL, NULL},
-  {{"verbose", "LOCUS_VERBOSE", "bool", "0", "0/1, yes/no, on/off, true/false",
-    "Print a banner (version, profile, nodes, kernel features) and the effective settings at start.", RT},
+  {{"verbose", "LOCUS_VERBOSE", "bool", "0", "0/1, yes/no, on/off, true/false, all",
+    "Print a banner (version, profile, nodes, kernel features) and the effective settings at start, in the "
+    "first process of a process tree (it sets LOCUS_SHOWN_BY=<pid> for the programs it starts); all: in "
+    "every process.", RT},
    T_BOOL, 0, 0, NULL, &locus_opt.verbose, NULL},
 };
 #define NOPTIONS (sizeof table / sizeof table[0])
@@ -220,9 +237,10 @@ static bool store(option_t *o, const char *v) {
   case T_NUMA:
     return parse_numa(v, &locus_opt.numa_policy, &locus_opt.numa_node);
   case T_BOOL: {
-    bool b;
-    if (!parse_bool(v, &b)) return false;
-    atomic_store((atomic_bool *)o->field, b);
+    bool b, all = o->field == &locus_opt.verbose && !strcmp(v, "all");
+    if (!all && !parse_bool(v, &b)) return false;
+    if (o->field == &locus_opt.verbose) verbose_all = all;
+    atomic_store((atomic_bool *)o->field, all || b);
     return true;
   }
   case T_SIZE: {
@@ -251,7 +269,10 @@ static bool store(option_t *o, const char *v) {
 
 static size_t value_text(const option_t *o, char *buf, size_t len) {
   switch (o->type) {
-  case T_BOOL: return fmt_buf(buf, len, "%d", atomic_load((atomic_bool *)o->field) ? 1 : 0);
+  case T_BOOL:
+    if (o->field == &locus_opt.verbose && verbose_all && atomic_load(&locus_opt.verbose))
+      return fmt_buf(buf, len, "all");
+    return fmt_buf(buf, len, "%d", atomic_load((atomic_bool *)o->field) ? 1 : 0);
   case T_SIZE:
     return format_size(buf, len, o->info.runtime ? atomic_load((atomic_size_t *)o->field) : *(size_t *)o->field);
   case T_ENUM: return fmt_buf(buf, len, "%s", o->choices[atomic_load((_Atomic profile_t *)o->field)]);
@@ -269,10 +290,113 @@ static size_t value_text(const option_t *o, char *buf, size_t len) {
   return 0;
 }
 
-void options_stats_file(char *buf, size_t len) {
+/* ---- file names: %p, %r, %% ------------------------------------------------ */
+
+/* The MPI rank as the launchers publish it (Open MPI, MPICH and Intel MPI,
+ * PMIx, Slurm's srun), or NULL. */
+static const char *mpi_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = os_getenv(vars[i]);
+    if (!v || !*v) continue;
+    const char *d = v;
+    while (*d >= '0' && *d <= '9') d++;
+    if (!*d) return v;
+  }
+  return NULL;
+}
+
+size_t options_expand_path(const char *pattern, char *out, size_t len) {
+  size_t n = 0;
+  for (const char *s = pattern; *s; s++) {
+    char tmp[24];
+    const char *put = tmp;
+    tmp[0] = *s, tmp[1] = 0;
+    if (s[0] == '%' && (s[1] == 'p' || s[1] == 'r')) {
+      const char *rank = s[1] == 'r' ? mpi_rank() : NULL;
+      if (rank) put = rank;
+      else fmt_buf(tmp, sizeof tmp, "%d", os_getpid());
+      s++;
+    } else if (s[0] == '%' && s[1] == '%') {
+      s++;
+    }
+    for (; *put; put++, n++)
+      if (n + 1 < len) out[n] = *put;
+  }
+  if (len) out[n < len ? n : len - 1] = 0;
+  return n;
+}
+
+size_t options_stats_file(char *buf, size_t len) {
+  char pattern[sizeof stats_file];
   lock_acquire(&file_lock);
-  fmt_buf(buf, len, "%s", stats_file);
+  fmt_buf(pattern, sizeof pattern, "%s", stats_file);
   lock_release(&file_lock);
+  return options_expand_path(pattern, buf, len);
+}
+
+/* ---- unknown names ----------------------------------------------------------- */
+
+#define NAME_MAX_CMP 48                /* longer names are compared on their first 48 characters */
+
+/* Levenshtein distance between a and b (each cut at NAME_MAX_CMP), two rows
+ * on the stack: this runs inside the first malloc. */
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > NAME_MAX_CMP) la = NAME_MAX_CMP;
+  if (lb > NAME_MAX_CMP) lb = NAME_MAX_CMP;
+  size_t row[NAME_MAX_CMP + 1], prev[NAME_MAX_CMP + 1];
+  for (size_t j = 0; j <= lb; j++) prev[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      size_t del = prev[j] + 1, ins = row[j - 1] + 1;
+      row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+    }
+    memcpy(prev, row, (lb + 1) * sizeof row[0]);
+  }
+  return prev[lb];
+}
+
+/* LOCUS_ names that are not settings but are close to one: the marker above
+ * and the test scripts' cache of guest kernels (tests/numa, scripts/kernel.sh). */
+static const char *const not_settings[] = {SHOWN_VAR, "LOCUS_CACHE_DIR"};
+
+/* One environment entry "LOCUS_NAME=value": a warning when NAME is no
+ * setting but within a misspelling of one (at most 1 + a quarter of its
+ * length past "LOCUS_" edits: LOCUS_PROFLE is, LOCUS_LIB is not LOCUS_THP). */
+static void check_name(const char *entry, void *ctx) {
+  (void)ctx;
+  char name[NAME_MAX_CMP + 8];
+  size_t n = 0;
+  while (entry[n] && entry[n] != '=' && n + 1 < sizeof name) name[n] = entry[n], n++;
+  name[n] = 0;
+  for (size_t i = 0; i < sizeof not_settings / sizeof not_settings[0]; i++)
+    if (!strcmp(name, not_settings[i])) return;
+  const char *best = NULL;
+  size_t best_d = SIZE_MAX, best_p = 0;
+  for (size_t i = 0; i < NOPTIONS; i++) {
+    const char *env = table[i].info.env;
+    if (!strcmp(name, env)) return;
+    size_t d = edit_distance(name + 6, env + 6);   /* past "LOCUS_" */
+    size_t p = 0;                                  /* ties: the longer common prefix */
+    while (name[p] && name[p] == env[p]) p++;
+    if (d < best_d || (d == best_d && p > best_p)) best = env, best_d = d, best_p = p;
+  }
+  if (!best || best_d > 1 + strlen(name + 6) / 4) return;
+  locus_warn("%s is not a locus setting (ignored); did you mean %s?", name, best);
+  shown_here = true;
+}
+
+/* After start-up, outside malloc: tell the programs this process starts that
+ * its banner or warnings were printed (LOCUS_SHOWN_BY, see the top). */
+__attribute__((constructor)) static void options_ctor(void) {
+  locus_init();
+  if (!shown_here) return;
+  char pid[24];
+  fmt_buf(pid, sizeof pid, "%d", os_getpid());
+  os_setenv(SHOWN_VAR, pid);
 }
 
 static bool from_env[NOPTIONS];
@@ -301,6 +425,7 @@ void options_init(void) {
   }
   update_bound();
   if (trace_file[0]) trace_start(trace_file);
+  if (!os_getenv(SHOWN_VAR)) os_env_each("LOCUS_", check_name, NULL);
 }
 
 /* ---- reports --------------------------------------------------------------- */
@@ -318,6 +443,8 @@ void options_init(void) {
 
 void options_print(void) {
   const os_features_t *f = &os_features;
+  if (!verbose_all && os_getenv(SHOWN_VAR)) return;   /* a parent printed it */
+  shown_here = true;
   locus_note("locus %s active in pid %d (%s, %s build, %s TLS): profile %s, %d NUMA node%s, THP %s, "
              "page %zu KiB, kernel %s", locus_version(), os_getpid(), ARCH_NAME, BUILD_KIND, BUILD_TLS,
              profile_name(atomic_load(&locus_opt.profile)), topology_nodes(),
@@ -338,7 +465,7 @@ size_t options_json(char *buf, size_t len) {
     char v[300];
     value_text(&table[i], v, sizeof v);
     size_t room = n < len ? len - n : 0;
-    bool quote = table[i].type != T_BOOL;
+    bool quote = table[i].type != T_BOOL || (v[0] != '0' && v[0] != '1');   /* LOCUS_VERBOSE=all */
     n += fmt_buf(room ? buf + n : NULL, room, "%s\"%s\":%s%s%s", i ? "," : "", table[i].info.name,
                  quote ? "\"" : "", v, quote ? "\"" : "");
   }

@@ -41,8 +41,14 @@ void options_init(void);
 /* Prints the banner and the effective settings (LOCUS_VERBOSE=1). */
 void options_print(void);
 const char *profile_name(profile_t p);
-/* Copies the statistics file name (empty: stderr) into buf. */
-void options_stats_file(char *buf, size_t len);
+/* Copies pattern into out with %p replaced by the process id, %r by the MPI
+ * rank (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID; the process
+ * id when none is set) and %% by %; no allocation. Returns the length of the
+ * whole name (>= len: cut). */
+size_t options_expand_path(const char *pattern, char *out, size_t len);
+/* The statistics file name (empty: stderr), expanded for the calling process,
+ * into buf; returns its length as options_expand_path does. */
+size_t options_stats_file(char *buf, size_t len);
 /* Writes the settings as JSON members ("name":value,...) through fmt-like calls. */
 size_t options_json(char *buf, size_t len);
 

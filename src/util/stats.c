@@ -93,6 +93,32 @@ static void json_heap(void *ctx, const heap_t *h) {
        heap_cached_blocks(h));
 }
 
+/* What the heaps hold, summed over them, and the process's resident set. */
+typedef struct { size_t large_live, chunks, resident; } memory_t;
+
+static void sum_heap(void *ctx, const heap_t *h) {
+  memory_t *m = ctx;
+  m->large_live += HLD(h, st_large_bytes);
+  m->chunks += HLD(h, st_chunk_bytes);
+}
+
+/* Resident bytes of the process (/proc/self/statm, second field), 0 if unknown. */
+static size_t resident_bytes(void) {
+  char buf[128];
+  if (os_read_file("/proc/self/statm", buf, sizeof buf) <= 0) return 0;
+  const char *p = buf;
+  while (*p && *p != ' ') p++;
+  size_t pages = 0;
+  for (p++; *p >= '0' && *p <= '9'; p++) pages = pages * 10 + (size_t)(*p - '0');
+  return pages * os_features.page_size;
+}
+
+static void memory_get(memory_t *m) {
+  *m = (memory_t){0};
+  heaps_report(sum_heap, m);
+  m->resident = resident_bytes();
+}
+
 LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
   locus_stats_t st;
   locus_stats_get(&st);
@@ -110,8 +136,11 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
        "\"page_reuse\":%s,\"page_reuse_maps\":%zu,\"numa\":%s,\"secure\":%s},", f->kernel, f->page_size, f->huge_page_size, os_thp_name(f->thp),
        topology_nodes(), f->numa_balancing, f->madv_free ? "true" : "false",
        f->madv_populate_write ? "true" : "false", f->page_reuse ? "true" : "false", os_page_reuse_maps(), f->numa ? "true" : "false", f->secure ? "true" : "false");
-  text(&t, "\"bytes_in_use\":%zu,\"bytes_cached\":%zu,\"peak_footprint\":%zu,", st.bytes_in_use,
-       st.bytes_cached, st.peak_footprint);
+  memory_t m;
+  memory_get(&m);
+  text(&t, "\"bytes_in_use\":%zu,\"bytes_cached\":%zu,\"peak_footprint\":%zu,\"bytes_reserved\":%zu,"
+       "\"bytes_large_live\":%zu,\"bytes_chunks\":%zu,\"bytes_resident\":%zu,", st.bytes_in_use,
+       st.bytes_cached, st.peak_footprint, st.bytes_in_use + st.bytes_cached, m.large_live, m.chunks, m.resident);
   text(&t, "\"mmap_calls\":%zu,\"munmap_calls\":%zu,\"mremap_calls\":%zu,\"madvise_calls\":%zu,",
        st.mmap_calls, st.munmap_calls, st.mremap_calls, st.madvise_calls);
   text(&t, "\"cache_hits\":%zu,\"cache_misses\":%zu,\"bytes_returned\":%zu,", st.cache_hits,
@@ -179,9 +208,25 @@ LOCUS_EXPORT void locus_stats_print(void) {
        "MADV_POPULATE_WRITE %s, page reuse %s (%zu mappings)\n", f->kernel, ARCH_NAME, topology_nodes(),
        topology_nodes() == 1 ? "" : "s", os_thp_name(f->thp), f->page_size / 1024, f->madv_free ? "yes" : "no",
        f->madv_populate_write ? "yes" : "no", f->page_reuse ? "yes" : "no", os_page_reuse_maps());
-  mib(&t, "bytes in use      : ", st.bytes_in_use);
-  mib(&t, "bytes cached      : ", st.bytes_cached);
-  mib(&t, "peak footprint    : ", st.peak_footprint);
+  /* Three different quantities, each labelled with what it counts: what the
+   * program holds (large blocks exactly; small and medium blocks are not
+   * counted one by one, only the chunks they come from), what locus has
+   * mapped, and what is resident for the whole process. */
+  memory_t m;
+  memory_get(&m);
+  mib(&t, "large blocks live : ", m.large_live);
+  text(&t, "    (handed out to the program and not freed; small and medium blocks are counted with their chunks)\n");
+  mib(&t, "heap chunks       : ", m.chunks);
+  text(&t, "    (reserved for small and medium blocks, used or not)\n");
+  mib(&t, "cached            : ", st.bytes_cached);
+  text(&t, "    (freed, kept mapped by the memory sources for reuse)\n");
+  mib(&t, "reserved          : ", st.bytes_in_use + st.bytes_cached);
+  text(&t, "    (mapped through the memory sources: chunks, large blocks and cache)\n");
+  mib(&t, "peak reserved     : ", st.peak_footprint);
+  if (m.resident) {
+    mib(&t, "resident          : ", m.resident);
+    text(&t, "    (the whole process at this point: program, libraries and locus)\n");
+  }
   mib(&t, "returned to OS    : ", st.bytes_returned);
   text(&t, "  system calls      : %zu mmap, %zu munmap, %zu mremap, %zu madvise\n", st.mmap_calls,
        st.munmap_calls, st.mremap_calls, st.madvise_calls);
@@ -197,9 +242,11 @@ LOCUS_EXPORT void locus_stats_print(void) {
   heap_ctx_t hc = {&t, 0};
   heaps_report(report_heap, &hc);
   char path[256];
-  options_stats_file(path, sizeof path);
+  size_t plen = options_stats_file(path, sizeof path);
   int fd = -1;
-  if (path[0]) {
+  if (plen >= sizeof path) locus_warn("LOCUS_STATS_FILE is longer than %zu bytes once expanded; writing "
+                                      "statistics to stderr", sizeof path - 1);
+  else if (path[0]) {
     fd = os_open_append(path);
     if (fd < 0) locus_warn("cannot open LOCUS_STATS_FILE \"%s\"; writing statistics to stderr", path);
   }

@@ -35,6 +35,7 @@
 #include "types.h"
 #include "util/error.h"
 #include "util/lock.h"
+#include "util/options.h"
 
 #define SCAN_WORDS 256                 /* stack words examined per record (2 KiB) */
 #define MAX_CAND 6                     /* call-site candidates kept per record */
@@ -131,23 +132,34 @@ static void read_maps(int pid) {
   }
 }
 
-/* True once the file is open for this process. */
+/* True once the file is open for this process. The first record of each
+ * process opens the file, or keeps the inherited descriptor after a fork;
+ * a name with %p or %r (options_expand_path) gives each process its own file,
+ * so a forked child closes its parent's descriptor and opens its own. */
 static bool ready(void) {
   int pid = os_getpid();
   if (atomic_load_explicit(&state, memory_order_acquire) == 1 && fd_pid == pid) return true;
   if (atomic_load(&state) < 0) return false;
   lock_acquire(&open_lock);
-  if (atomic_load(&state) == 0) {
-    fd = os_open_append(path);
-    if (fd < 0) {
-      locus_warn("LOCUS_TRACE_FILE=%s cannot be opened; no trace", path);
-      atomic_store(&state, -1);
-    }
-  }
   if (atomic_load(&state) >= 0 && fd_pid != pid) {   /* first record of this process */
-    fd_pid = pid;
-    atomic_store_explicit(&state, 1, memory_order_release);
-    read_maps(pid);
+    if (fd >= 0 && strchr(path, '%')) {
+      os_close(fd);
+      fd = -1;
+    }
+    if (fd < 0) {
+      char name[256];
+      options_expand_path(path, name, sizeof name);
+      fd = os_open_append(name);
+      if (fd < 0) {
+        locus_warn("LOCUS_TRACE_FILE=%s cannot be opened; no trace", name);
+        atomic_store(&state, -1);
+      }
+    }
+    if (fd >= 0) {
+      fd_pid = pid;
+      atomic_store_explicit(&state, 1, memory_order_release);
+      read_maps(pid);
+    }
   }
   lock_release(&open_lock);
   return atomic_load(&state) == 1;

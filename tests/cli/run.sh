@@ -6,7 +6,10 @@
 #               info --json, stats on a file with two reports, bench without
 #               the source tree; align and pages run from the prefix; the man
 #               page is installed.
-#   build-tree  <build>/tools/locus uses the build's library and knows the source tree.
+#   build-tree  <build>/tools/locus uses the build's library and knows the source tree;
+#               --stats=t%p.txt reaches the program unexpanded (one file per
+#               process of its tree), --set refuses unknown names, a missing
+#               --lib / LOCUS_LIB is named as the cause, run --help on eco.
 #   mpi         mpirun -np 2 <prefix>/bin/locus run --stats=<tmp>/r%r.txt -- /bin/true
 #               writes r0.txt and r1.txt (skip without mpirun).
 # Exit 0 pass, 1 fail, 77 skip. The temporary directory is removed at exit
@@ -127,13 +130,32 @@ build-tree)
     "$tmp/out" "$build" "$version" || die "the build-tree locus does not use the build's library"
   expect_status 0 "$locus" run --stats="$tmp/b%p.txt" -- /bin/true
   ls "$tmp"/b[0-9]*.txt >/dev/null 2>&1 || die "--stats=b%p.txt wrote no b<pid>.txt"
+  # the pattern reaches the program unexpanded: each process of its tree
+  # expands it (bash: dash leaves with _exit, before the report)
+  expect_status 0 "$locus" run --stats="$tmp/t%p.txt" -- bash -c 'printf "%s\n" "$LOCUS_STATS_FILE"; /bin/true; /bin/true; :'
+  [ "$(cat "$tmp/out")" = "$tmp/t%p.txt" ] || die "LOCUS_STATS_FILE seen by the program: $(cat "$tmp/out")"
+  n=$(ls "$tmp"/t[0-9]*.txt | wc -l)
+  [ "$n" = 3 ] || die "--stats=t%p.txt over bash and two children: $n files"
+  # --set: unknown names refused, with the closest one
+  expect_status 2 "$locus" run --set NOPE=1 -- true
+  contains "$tmp/err" "--set LOCUS_NOPE: not a setting of locus" "--set of an unknown name"
+  expect_status 2 "$locus" run --set profle=eco -- true
+  contains "$tmp/err" "did you mean LOCUS_PROFILE?" "--set of a misspelled name"
+  # the error names the setting that chose the missing library
+  expect_status 1 "$locus" --lib /nonexistent/liblocus.so info
+  contains "$tmp/out" "error       : --lib /nonexistent/liblocus.so: no such file" "locus --lib /nonexistent info"
+  expect_status 1 "$locus" --lib /nonexistent/liblocus.so run -- true
+  contains "$tmp/err" "--lib /nonexistent/liblocus.so: no such file" "locus --lib /nonexistent run"
+  # the profiles' help states eco's cost
+  expect_status 0 "$locus" run --help
+  contains "$tmp/out" "slower than glibc" "locus run --help on eco"
   # LOCUS_LIB overrides the configured library
   LOCUS_LIB=$tmp/none.so expect_status 1 "$locus" run -- true
-  contains "$tmp/err" "$tmp/none.so" "LOCUS_LIB override"
+  contains "$tmp/err" "LOCUS_LIB=$tmp/none.so: no such file" "LOCUS_LIB override"
   # bench knows the source tree: its --help is tools/bench.py's
   expect_status 0 "$locus" bench -- --help
   contains "$tmp/out" "usage: bench.py" "locus bench -- --help from the build tree"
-  say "build tree: library, %p expansion, LOCUS_LIB override, bench finds the source tree: ok"
+  say "build tree: library, %p expanded by each process, --set checked, errors name their cause, LOCUS_LIB override, bench finds the source tree: ok"
   ;;
 
 mpi)
