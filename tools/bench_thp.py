@@ -18,8 +18,10 @@ Before every run the harness puts the machine in one of two states itself:
 Rounds are interleaved: each round runs every state and, within a state,
 every allocator (the order rotates from round to round); each run gets its
 own state preparation. Reported: medians of wall, user and system time, the
-kernel's THP counters (/proc/vmstat deltas) and the ratios of every locus
-column to locus-off and to the best peer, also paired within each round.
+kernel's THP counters (/proc/vmstat deltas: machine-wide, other processes'
+faults count too) and the ratios of every locus
+column to locus-off, to the best peer and to locus-base, also paired within
+each round, for the workload's time and for CPU time (user + system).
 With LOCUS_STATS=1 set for the locus runs, their huge-page decision line is
 kept in results.json.
 
@@ -130,20 +132,22 @@ def summarise(runs, states, al):
             if not rs:
                 continue
             per[a["name"]] = {k: med([r.get(k) if k in r else r["vm"].get(k) for r in rs])
-                              for k in ("value", "wall_s", "user_s", "sys_s", "minflt", "thp_fault_alloc",
-                                        "compact_stall")}
+                              for k in ("value", "wall_s", "user_s", "sys_s", "cpu_s", "minflt",
+                                        "thp_fault_alloc", "compact_stall")}
             per[a["name"]]["runs"] = len(rs)
             per[a["name"]]["values"] = [r["value"] for r in rs]
         best = min((n for n in peers if n in per), key=lambda n: per[n]["value"], default=None)
-        by_round = {}
-        for r in runs:
-            if r["state"] == st and r["ok"]:
-                by_round.setdefault(r["round"], {})[r["allocator"]] = r["value"]
-        for n, s in per.items():
-            for ref, key in (("locus-off", "vs_off"), (best, "vs_best_peer"), ("locus-base", "vs_base")):
-                if ref and ref in per and n != ref:
-                    s[key] = s["value"] / per[ref]["value"]
-                    s[key + "_paired"] = med([m[n] / m[ref] for m in by_round.values() if n in m and ref in m])
+        for metric, pre in (("value", ""), ("cpu_s", "cpu_")):
+            by_round = {}
+            for r in runs:
+                if r["state"] == st and r["ok"]:
+                    by_round.setdefault(r["round"], {})[r["allocator"]] = r[metric]
+            for n, s in per.items():
+                for ref, key in (("locus-off", "vs_off"), (best, "vs_best_peer"), ("locus-base", "vs_base")):
+                    if ref and ref in per and n != ref and per[ref][metric]:
+                        s[pre + key] = s[metric] / per[ref][metric]
+                        s[pre + key + "_paired"] = med([m[n] / m[ref] for m in by_round.values()
+                                                        if n in m and ref in m and m[ref]])
         summ[st] = {"best_peer": best, "allocators": per}
     return summ
 
@@ -160,21 +164,25 @@ def markdown(meta, summ, al, runs):
          "ratios]; below 1 is faster.\n"]
     for st, s in summ.items():
         L.append("## %s (best peer: %s)\n" % (st, s["best_peer"]))
+        L.append("Time: the workload's own (wall time of the steps); CPU: user + system time of the "
+                 "process (steadier on shared cores).\n")
         L.append("| allocator | time (s) | wall s | user s | sys s | minor faults | thp_fault_alloc "
-                 "| compact_stall | ×locus-off [paired] | ×best peer [paired] | ×locus-base [paired] |")
-        L.append("|---" * 11 + "|")
+                 "| compact_stall | ×locus-off [paired] | ×best peer [paired] | ×locus-base [paired] "
+                 "| CPU s | CPU ×locus-off [paired] | CPU ×best peer [paired] | CPU ×locus-base [paired] |")
+        L.append("|---" * 15 + "|")
         for a in al:
             x = s["allocators"].get(a["name"])
             if not x:
-                L.append("| %s | **failed** |" % a["name"] + " |" * 9)
+                L.append("| %s | **failed** |" % a["name"] + " |" * 13)
                 continue
 
             def ratio(k):
                 return "%s [%s]" % (f3(x.get(k)), f3(x.get(k + "_paired"))) if x.get(k) else "—"
-            L.append("| %s | %s | %s | %s | %s | %d | %d | %d | %s | %s | %s |" % (
+            L.append("| %s | %s | %s | %s | %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %s |" % (
                 a["name"], f3(x["value"]), f3(x["wall_s"]), f3(x["user_s"]), f3(x["sys_s"]), x["minflt"] or 0,
                 x["thp_fault_alloc"] or 0, x["compact_stall"] or 0, ratio("vs_off"), ratio("vs_best_peer"),
-                ratio("vs_base")))
+                ratio("vs_base"), f3(x["cpu_s"]), ratio("cpu_vs_off"), ratio("cpu_vs_best_peer"),
+                ratio("cpu_vs_base")))
         L.append("")
     fails = [r for r in runs if not r["ok"]]
     L.append("## Failures\n")
@@ -226,6 +234,7 @@ def main():
                     rec, out, err = bench.run_one(argv, bench.child_env(a), args.timeout, scratch)
                     v1 = vmstat()
                     bench.evaluate(rec, out, err)
+                    rec["cpu_s"] = rec["user_s"] + rec["sys_s"]
                     rec.update({"round": rnd, "state": st, "allocator": a["name"],
                                 "vm": {k: v1.get(k, 0) - v0.get(k, 0) for k in v1}})
                     m = re.search(r"^.*huge pages.*$", err, re.M)
