@@ -7,9 +7,11 @@
  *    (the second page of a fresh mapping left unadvised, or a 4-page probe
  *    mapping of its own when the figure is missing or older than
  *    THP_BASE_STALE_NS), times the number of base pages in a huge page.
- *  - Advising: stops when a huge-page fault costs more than THP_OFF_RATIO
- *    times those base faults (and that mapping's advice is withdrawn before
- *    the rest of it is touched); resumes when a probe costs no more than
+ *  - Advising: a mapping whose huge-page fault costs more than THP_OFF_RATIO
+ *    times those base faults has its advice withdrawn before the rest of it
+ *    is touched; THP_OFF_CONFIRM such samples in a row stop the advice for
+ *    every fresh mapping (a warm fault slowed by an interrupt or by the
+ *    host descheduling the CPU is rarely followed by another); resumes when a probe costs no more than
  *    THP_ON_RATIO times them. While advice is off, one fresh mapping per
  *    probe gap is advised as the probe; the gap starts at THP_PROBE_MIN_NS
  *    and doubles after each probe that fails, up to THP_PROBE_MAX_NS.
@@ -36,6 +38,7 @@ static struct {
   _Atomic uint64_t next_probe; /* advice off: when the next probe is due */
   _Atomic uint64_t gap;        /* current probe gap */
   atomic_bool probing;         /* a probe mapping was handed out and not yet sampled */
+  atomic_uint costly;          /* costly samples in a row while advising */
   atomic_size_t huge_samples, base_samples, stops, resumes, probes, withdrawn;
 } st;
 
@@ -86,6 +89,8 @@ bool thp_should_advise(uint64_t now) {
   uint64_t due = atomic_load_explicit(&st.next_probe, memory_order_relaxed);
   if (now < due) return false;
   uint64_t gap = atomic_load_explicit(&st.gap, memory_order_relaxed);
+  /* Invariant: while advice is off the probe gap lies in [min, max]. */
+  LOCUS_ASSERT(gap >= THP_PROBE_MIN_NS && gap <= THP_PROBE_MAX_NS);
   if (!atomic_compare_exchange_strong(&st.next_probe, &due, now + gap)) return false;  /* another thread probes */
   base_figure(now);
   atomic_store_explicit(&st.probing, true, memory_order_relaxed);
@@ -102,13 +107,18 @@ bool thp_huge_sample(uint64_t ns, uint64_t now) {
   uint64_t replaced = b * per_huge();
   bool off = atomic_load_explicit(&st.off, memory_order_relaxed);
   if (!off && ns > THP_OFF_RATIO * replaced) {
+    /* That mapping's advice goes at once; the choice changes on the
+     * THP_OFF_CONFIRM-th costly sample in a row (one outlier does not). */
+    atomic_fetch_add_explicit(&st.withdrawn, 1, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&st.costly, 1, memory_order_relaxed) + 1 < THP_OFF_CONFIRM) return false;
+    atomic_store_explicit(&st.costly, 0, memory_order_relaxed);
     atomic_store_explicit(&st.gap, THP_PROBE_MIN_NS, memory_order_relaxed);
     atomic_store_explicit(&st.next_probe, now + THP_PROBE_MIN_NS, memory_order_relaxed);
     atomic_store_explicit(&st.off, true, memory_order_relaxed);
     atomic_fetch_add_explicit(&st.stops, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&st.withdrawn, 1, memory_order_relaxed);
     return false;
   }
+  if (!off) atomic_store_explicit(&st.costly, 0, memory_order_relaxed);
   if (off && ns <= THP_ON_RATIO * replaced) {
     atomic_store_explicit(&st.off, false, memory_order_relaxed);
     atomic_fetch_add_explicit(&st.resumes, 1, memory_order_relaxed);
@@ -147,6 +157,7 @@ void thp_reset(void) {
   atomic_store(&st.next_probe, 0);
   atomic_store(&st.gap, THP_PROBE_MIN_NS);
   atomic_store(&st.probing, false);
+  atomic_store(&st.costly, 0);
   atomic_store(&st.huge_samples, 0);
   atomic_store(&st.base_samples, 0);
   atomic_store(&st.stops, 0);

@@ -13,7 +13,8 @@
 
 /* The constants of the rule. A huge-page fault is compared with the base
  * faults it replaces (huge page / base page of them: 512 on x86-64). */
-#define THP_OFF_RATIO 2                          /* stop advising above 2x their cost */
+#define THP_OFF_RATIO 2                          /* a sample above 2x their cost is costly */
+#define THP_OFF_CONFIRM 2                        /* advice stops after 2 costly samples in a row */
 #define THP_ON_RATIO 1                           /* advise again at or below 1x */
 #define THP_PROBE_MIN_NS (250ull * 1000000)      /* first probe after advice stopped */
 #define THP_PROBE_MAX_NS (4000ull * 1000000)     /* the gap doubles after each probe that fails, up to this */

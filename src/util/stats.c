@@ -200,11 +200,10 @@ LOCUS_EXPORT void locus_stats_print(void) {
   thp_report(&hr);
   if (hr.active && (hr.huge_samples || hr.base_samples))
     text(&t, "  huge pages        : %s (LOCUS_THP=auto): huge-page fault %zu us, base-page fault %zu ns, "
-         "ratio %u.%u%u (stop above %d, resume at %d); %zu huge and %zu base samples, %zu stops, %zu resumes, "
+         "ratio %u.%u%u (costly above %d, %d in a row stop, resume at %d); %zu huge and %zu base samples, %zu stops, %zu resumes, "
          "%zu probes, %zu mappings withdrawn\n", hr.advising ? "advised" : "not advised",
          (size_t)(hr.huge_ns / 1000), (size_t)hr.base_ns, hr.ratio_pct / 100, hr.ratio_pct / 10 % 10, hr.ratio_pct % 10,
-         THP_OFF_RATIO,
-         THP_ON_RATIO, hr.huge_samples, hr.base_samples, hr.stops, hr.resumes, hr.probes, hr.withdrawn);
+         THP_OFF_RATIO, THP_OFF_CONFIRM, THP_ON_RATIO, hr.huge_samples, hr.base_samples, hr.stops, hr.resumes, hr.probes, hr.withdrawn);
   if (st.bytes_decayed || st.bytes_pressure_released)
     text(&t, "  auto released     : %zu KiB by decay, %zu KiB by pressure\n", (size_t)st.bytes_decayed / KiB,
          (size_t)st.bytes_pressure_released / KiB);

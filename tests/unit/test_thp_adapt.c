@@ -1,6 +1,7 @@
 /* The huge-page controller of LOCUS_THP=auto (src/source/thp.c), driven with
- * synthetic fault costs: it stops advising when a huge-page fault costs more
- * than THP_OFF_RATIO times the base-page faults it replaces, probes again
+ * synthetic fault costs: a huge-page fault that costs more than
+ * THP_OFF_RATIO times the base-page faults it replaces loses its mapping's
+ * advice, THP_OFF_CONFIRM of them in a row stop the advice, it probes again
  * after THP_PROBE_MIN_NS with a gap that doubles up to THP_PROBE_MAX_NS, and
  * resumes when a probe costs no more than THP_ON_RATIO times them; between
  * the two ratios nothing changes. Then through malloc: a mapping whose huge
@@ -43,9 +44,14 @@ static void test_rule(void) {
   CHECK(thp_huge_sample(replaced / 5, t), "a huge page at 0.2x its base faults pays");
   CHECK(thp_huge_sample(replaced * 3 / 2, t), "1.5x: between the ratios, advice kept");
   CHECK(rep().advising && rep().stops == 0, "still advising");
-  CHECK(!thp_huge_sample(replaced * 3, t), "3x: advice withdrawn");
+  CHECK(!thp_huge_sample(replaced * 3, t), "3x: that mapping's advice withdrawn");
+  CHECK(rep().advising && rep().withdrawn == 1, "one costly sample does not stop the advice");
+  CHECK(thp_huge_sample(replaced / 5, t), "a cheap sample in between");
+  CHECK(!thp_huge_sample(replaced * 3, t) && rep().advising, "costly again, but not twice in a row");
+  CHECK(!thp_huge_sample(replaced * 3, t), "second costly sample in a row");
   thp_report_t r = rep();
-  CHECK(!r.advising && r.stops == 1 && r.withdrawn == 1 && r.ratio_pct == 300, "stopped (ratio %u)", r.ratio_pct);
+  CHECK(!r.advising && r.stops == 1 && r.withdrawn == 3 && r.ratio_pct == 300, "stopped (ratio %u, withdrawn %zu)",
+        r.ratio_pct, r.withdrawn);
   /* probes: the first one THP_PROBE_MIN_NS later, one thread only */
   CHECK(!thp_should_advise(t + THP_PROBE_MIN_NS - MS), "no probe before the gap");
   uint64_t t1 = t + THP_PROBE_MIN_NS;
@@ -75,7 +81,8 @@ static void test_rule(void) {
   r = rep();
   CHECK(r.advising && r.resumes == 1, "advising again (resumes %zu)", r.resumes);
   CHECK(thp_should_advise(tn), "every mapping advised again");
-  CHECK(!thp_huge_sample(replaced * 5, tn + MS) && !rep().advising, "stops again");
+  CHECK(!thp_huge_sample(replaced * 5, tn + MS) && !thp_huge_sample(replaced * 5, tn + MS) && !rep().advising,
+        "stops again");
   CHECK(!thp_should_advise(tn + MS + THP_PROBE_MIN_NS - MS) && thp_should_advise(tn + MS + THP_PROBE_MIN_NS),
         "gap back to the minimum after a resume");
   /* base figure: an outlier moves it at most 4x, then 1/4 of the way */
@@ -127,16 +134,17 @@ static void test_through_malloc(bool backing) {
   thp_reset();
   uint64_t now = os_clock_coarse_ns();
   thp_base_sample(1, now);               /* base faults of 1 ns: no huge page can pay */
+  CHECK(!thp_huge_sample(1000000000ull, now) && rep().advising, "a first costly sample");
   char *a = malloc(32 * MB);
   CHECK(a, "malloc");
   thp_report_t r = rep();
-  CHECK(!r.advising && r.stops == 1 && r.huge_samples == 1, "the first mapping's huge page did not pay");
+  CHECK(!r.advising && r.stops == 1 && r.huge_samples == 2, "the mapping's huge page did not pay either: stopped");
   CHECK(stat_huge() == 0, "not counted as huge (%llu)", (unsigned long long)stat_huge());
   memset(a, 1, 32 * MB);
   if (backing) CHECK(huge_bytes(a) <= 2 * MB, "advice withdrawn: %zu KiB huge (the first page at most)",
                      huge_bytes(a) / 1024);
   char *b = malloc(24 * MB);             /* not advised, not a probe: a base sample */
-  CHECK(b && rep().base_samples == r.base_samples + 1 && rep().huge_samples == 1, "base sample from an unadvised mapping");
+  CHECK(b && rep().base_samples == r.base_samples + 1 && rep().huge_samples == 2, "base sample from an unadvised mapping");
   memset(b, 2, 24 * MB);
   if (backing) CHECK(huge_bytes(b) == 0, "unadvised: %zu KiB huge", huge_bytes(b) / 1024);
   /* base faults of a second each: any huge page pays; the probe comes after the gap */
@@ -153,6 +161,7 @@ static void test_through_malloc(bool backing) {
    * does not pay the whole block's advice is withdrawn (its huge pages stay) */
   for (int i = 0; i < 200; i++) thp_base_sample(1, os_clock_coarse_ns());
   size_t stops = rep().stops;
+  CHECK(!thp_huge_sample(1000000000ull, os_clock_coarse_ns()), "a first costly sample");
   char *g = realloc(c, 64 * MB);
   CHECK(g, "realloc");
   c = g;
