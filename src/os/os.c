@@ -105,6 +105,42 @@ bool os_advise_huge(void *p, size_t size) {
   return madvise(p, size, MADV_HUGEPAGE) == 0;
 }
 
+bool os_advise_nohuge(void *p, size_t size) {
+  stat_add(&locus_stats.madvises, 1);
+  return madvise(p, size, MADV_NOHUGEPAGE) == 0;
+}
+
+static uint64_t clock_ns(clockid_t c) {
+  struct timespec ts;
+  clock_gettime(c, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t os_touch_ns(void *p, bool cpu) {
+  clockid_t c = cpu ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC;
+  uint64_t t0 = clock_ns(c);
+  __asm__ volatile("" ::: "memory");
+  *(volatile char *)p = 0;
+  __asm__ volatile("" ::: "memory");
+  uint64_t t = clock_ns(c) - t0;
+  return t ? t : 1;
+}
+
+uint64_t os_base_fault_ns(void) {
+  size_t page = os_page_size();
+  char *p = map_anon(4 * page, 0);
+  if (!p) return 0;
+  *(volatile char *)p = 0;
+  uint64_t best = UINT64_MAX;
+  for (int i = 1; i < 4; i++) {
+    uint64_t t = os_touch_ns(p + (size_t)i * page, false);
+    if (t < best) best = t;
+  }
+  stat_add(&locus_stats.munmaps, 1);
+  munmap(p, 4 * page);                   /* a probe of our own: not memory given back */
+  return best;
+}
+
 uint64_t os_clock_coarse_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);

@@ -60,6 +60,17 @@ void *os_map_aligned(size_t size, size_t align);
  * huge pages in "madvise" mode. Advise whole mappings only: advising part of
  * one splits the kernel's mapping (and mremap cannot grow across the split). */
 bool os_advise_huge(void *p, size_t size);
+/* MADV_NOHUGEPAGE over [p, p+size): no more huge pages there (withdraws the
+ * advice above; in "always" mode, opts the mapping out). */
+bool os_advise_nohuge(void *p, size_t size);
+/* Writes a zero byte at p, the first touch of a fresh page (it faults), and
+ * returns the time it took: thread CPU time if cpu (a preemption does not
+ * count; two system calls), else monotonic time (vDSO). Never 0. */
+uint64_t os_touch_ns(void *p, bool cpu);
+/* The first-touch fault of a base page now, in ns: a fresh 4-page mapping
+ * whose first page is touched (the page table is set up), then the next
+ * three timed one by one; the least of the three. 0 if it cannot map. */
+uint64_t os_base_fault_ns(void);
 
 /* ---- clocks --------------------------------------------------------------- */
 /* Monotonic nanoseconds from the coarse clock: the vDSO answers it without

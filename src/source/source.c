@@ -26,6 +26,7 @@
 #include "numa/topology.h"
 #include "os/os.h"
 #include "registry/registry.h"
+#include "source/thp.h"
 #include "util/options.h"
 #include "util/stats.h"
 
@@ -70,8 +71,11 @@ source_t *source_for_node(int node) {
 /* Fresh memory with the source's placement policy, set before any page is
  * touched. A policy the kernel refuses (a node taken away by the cpuset since
  * start-up) fails the mapping: memory that would break the promise is not
- * handed out. */
-static void *source_map(source_t *s, size_t size, bool huge, bool aligned, bool *zeroed) {
+ * handed out. *huge: asked for huge pages on entry; on return, whether the
+ * mapping is advised for them (LOCUS_THP=auto asks the controller, thp.c). */
+static bool source_advise(void *p, size_t size);
+static bool source_grown_huge(void *p, size_t old, size_t size);
+static void *source_map(source_t *s, size_t size, bool *huge, bool aligned, bool *zeroed) {
   /* eco gives memory back at once: with the kernel's page reuse it comes
    * again without the clearing, and is then no longer known zero. The
    * kernel pools whole 2 MiB pages too (kernel/0003), so huge segments are
@@ -79,19 +83,56 @@ static void *source_map(source_t *s, size_t size, bool huge, bool aligned, bool 
   bool reuse = atomic_load_explicit(&locus_opt.profile, memory_order_relaxed) == PROFILE_ECO &&
                atomic_load_explicit(&locus_opt.page_reuse, memory_order_relaxed);
   *zeroed = true;
-  void *p = huge ? (reuse ? os_map_aligned_reusable(size, os_features.huge_page_size, zeroed)
-                          : os_map_aligned(size, os_features.huge_page_size))
-                 : aligned ? (reuse ? os_map_aligned_reusable(size, size, zeroed) : os_map_aligned(size, size))
-                 : reuse ? os_map_reusable(size, zeroed) : os_map(size);
+  void *p = *huge ? (reuse ? os_map_aligned_reusable(size, os_features.huge_page_size, zeroed)
+                           : os_map_aligned(size, os_features.huge_page_size))
+                  : aligned ? (reuse ? os_map_aligned_reusable(size, size, zeroed) : os_map_aligned(size, size))
+                  : reuse ? os_map_reusable(size, zeroed) : os_map(size);
   if (p && s->policy != OS_POLICY_DEFAULT && !os_set_policy(p, size, (os_policy_t)s->policy, &s->policy_nodes) &&
       os_features.numa) {
     os_unmap(p, size);
     return NULL;
   }
-  /* The advice covers the whole fresh mapping (no split of the kernel's
-   * mapping); the policy set above applies to the huge pages as well. */
-  if (p && huge && os_features.thp == THP_MADVISE) os_advise_huge(p, size);
+  if (p && *huge) *huge = source_advise(p, size);
   return p;
+}
+
+/* The advice covers the whole fresh mapping (no split of the kernel's
+ * mapping); the policy set before applies to the huge pages as well. Under
+ * LOCUS_THP=auto the first touch is measured here, before the caller writes
+ * the region header (which lies in the same first page): a huge-page fault
+ * when advised, whose advice is withdrawn at once if huge pages do not pay
+ * now (the rest of the mapping is untouched); else the header page and the
+ * next one, whose fault is the base-page sample. Returns whether advised. */
+static bool source_advise(void *p, size_t size) {
+  bool adaptive = thp_adaptive();
+  uint64_t now = adaptive ? os_clock_coarse_ns() : 0;
+  bool advise = !adaptive || thp_should_advise(now);
+  if (advise && os_features.thp == THP_MADVISE) os_advise_huge(p, size);
+  if (!adaptive) return true;
+  if (!advise) {
+    if (os_features.thp == THP_ALWAYS) os_advise_nohuge(p, size);
+    *(volatile char *)p = 0;
+    thp_base_sample(os_touch_ns((char *)p + PAGE_SIZE, false), now);
+    return false;
+  }
+  if (thp_huge_sample(os_touch_ns(p, true), now)) return true;
+  os_advise_nohuge(p, size);
+  return false;
+}
+
+/* A huge segment grown with mremap to `size`, its tail from `old` fresh:
+ * under LOCUS_THP=auto the advice is withdrawn from the whole segment (its
+ * huge pages already there stay; new faults take base pages) while huge
+ * pages do not pay; while they do, the tail's first huge page is a sample
+ * like a fresh mapping's. Returns whether the segment stays advised. */
+static bool source_grown_huge(void *p, size_t old, size_t size) {
+  if (!thp_adaptive()) return true;
+  char *tail = (char *)p + old;
+  bool keep = thp_advising();
+  if (keep && !((uintptr_t)tail & (os_features.huge_page_size - 1)) && size - old >= os_features.huge_page_size)
+    keep = thp_huge_sample(os_touch_ns(tail, true), os_clock_coarse_ns());
+  if (!keep) os_advise_nohuge(p, size);
+  return keep;
 }
 
 size_t huge_span(const void *base, size_t size) {
@@ -263,7 +304,9 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
                        : os_remap(g.base, g.size, size, true);
       if (p) {
         stat_add(&locus_stats.hits, 1);
-        return region_init(s, p, size, false, p == g.base ? g.map : new_map_id(), g.huge);
+        bool huge = g.huge && source_grown_huge(p, g.size, size);
+        /* withdrawn advice splits the kernel's mapping: a mapping of its own */
+        return region_init(s, p, size, false, p == g.base && huge == g.huge ? g.map : new_map_id(), huge);
       }
       os_unmap(g.base, g.size);           /* cannot grow: give it back and map anew */
     } else {
@@ -287,11 +330,14 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
       stat_add(&locus_stats.pressured, n);
     }
   }
-  bool huge = (flags & SRC_HUGE) && os_features.huge_page_size;
+  bool want = (flags & SRC_HUGE) && os_features.huge_page_size, huge = want;
   bool zeroed;
   bool aligned = flags & SRC_ALIGNED;
-  void *p = source_map(s, size, huge, aligned, &zeroed);
-  if (!p && source_release_all()) p = source_map(s, size, huge, aligned, &zeroed);   /* under RLIMIT_AS: drop caches first */
+  void *p = source_map(s, size, &huge, aligned, &zeroed);
+  if (!p && source_release_all()) {      /* under RLIMIT_AS: drop caches first */
+    huge = want;
+    p = source_map(s, size, &huge, aligned, &zeroed);
+  }
   if (!p) return NULL;
   return region_init(s, p, size, zeroed, new_map_id(), huge);
 }
@@ -426,6 +472,10 @@ region_t *source_resize(region_t *r, size_t new_size) {
   if (q != r) q->map = new_map_id();
   q->size = new_size;
   if ((uintptr_t)q & (os_features.huge_page_size - 1)) q->flags &= (uint8_t)~REGION_HUGE;
+  if ((q->flags & REGION_HUGE) && new_size > old_size && !source_grown_huge(q, old_size, new_size)) {
+    q->flags &= (uint8_t)~REGION_HUGE;
+    q->map = new_map_id();             /* withdrawn advice splits the kernel's mapping */
+  }
   huge_count(q, true);
   if (new_size > old_size) {
     stat_add(&locus_stats.in_use, new_size - old_size);

@@ -170,8 +170,10 @@ static option_t table[] = {
   {{"thp", "LOCUS_THP", "enum", "auto", "auto, on, off",
     "Transparent huge pages for large blocks of 4 MiB or more: their mappings start on a 2 MiB boundary "
     "and are advised (MADV_HUGEPAGE) when the kernel's THP mode is madvise. auto: when the kernel allows "
-    "THP and the profile is not eco (eco too with the kernel's page reuse, which pools 2 MiB pages); "
-    "on: also under eco; off: never.", RT},
+    "THP and the profile is not eco (eco too with the kernel's page reuse, which pools 2 MiB pages), and "
+    "only while a huge-page fault costs this process no more than the base-page faults it replaces "
+    "(measured on fresh mappings, docs/adaptive.md; the decision is in LOCUS_STATS); "
+    "on: always, also under eco; off: never.", RT},
    T_ENUM, 0, 0, thp_names, &locus_opt.thp, NULL},
   {{"stats", "LOCUS_STATS", "bool", "0", "0/1, yes/no, on/off, true/false",
     "Print statistics at exit (to stderr, or LOCUS_STATS_FILE).", RT},

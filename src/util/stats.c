@@ -10,6 +10,7 @@
 #include "numa/topology.h"
 #include "os/os.h"
 #include "source/source.h"
+#include "source/thp.h"
 #include "util/lock.h"
 #include "util/options.h"
 
@@ -152,6 +153,13 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
        (size_t)st.bytes_decayed, (size_t)st.bytes_pressure_released, ap.psi,
        ap.headroom == SIZE_MAX ? (size_t)0 : ap.headroom, ap.cg_version,
        ap.cg_limit == SIZE_MAX ? (size_t)0 : ap.cg_limit, ap.high ? "true" : "false");
+  thp_report_t hr;
+  thp_report(&hr);
+  text(&t, "\"thp\":{\"adaptive\":%s,\"advising\":%s,\"huge_fault_ns\":%zu,\"base_fault_ns\":%zu,"
+       "\"ratio_pct\":%u,\"huge_samples\":%zu,\"base_samples\":%zu,\"stops\":%zu,\"resumes\":%zu,"
+       "\"probes\":%zu,\"withdrawn\":%zu},", hr.active ? "true" : "false", hr.advising ? "true" : "false",
+       (size_t)hr.huge_ns, (size_t)hr.base_ns, hr.ratio_pct, hr.huge_samples,
+       hr.base_samples, hr.stops, hr.resumes, hr.probes, hr.withdrawn);
   text(&t, "\"next_touch_faults\":%zu,\"next_touch_moved_pages\":%zu,", next_touch_faults(),
        next_touch_moved_pages());
   text(&t, "\"heaps_live\":%zu,\"heaps_orphaned\":%zu,\"sources\":[", st.heaps_live, st.heaps_orphaned);
@@ -233,6 +241,14 @@ LOCUS_EXPORT void locus_stats_print(void) {
   text(&t, "  source cache      : %zu hits, %zu misses\n", st.cache_hits, st.cache_misses);
   text(&t, "  heaps             : %zu live, %zu orphaned\n", st.heaps_live, st.heaps_orphaned);
   if (st.bytes_huge) mib(&t, "huge-page bytes   : ", st.bytes_huge);
+  thp_report_t hr;
+  thp_report(&hr);
+  if (hr.active && (hr.huge_samples || hr.base_samples))
+    text(&t, "  huge pages        : %s (LOCUS_THP=auto): huge-page fault %zu us, base-page fault %zu ns, "
+         "ratio %u.%u%u (costly above %d, %d in a row stop, resume at %d); %zu huge and %zu base samples, %zu stops, %zu resumes, "
+         "%zu probes, %zu mappings withdrawn\n", hr.advising ? "advised" : "not advised",
+         (size_t)(hr.huge_ns / 1000), (size_t)hr.base_ns, hr.ratio_pct / 100, hr.ratio_pct / 10 % 10, hr.ratio_pct % 10,
+         THP_OFF_RATIO, THP_OFF_CONFIRM, THP_ON_RATIO, hr.huge_samples, hr.base_samples, hr.stops, hr.resumes, hr.probes, hr.withdrawn);
   if (st.bytes_decayed || st.bytes_pressure_released)
     text(&t, "  auto released     : %zu KiB by decay, %zu KiB by pressure\n", (size_t)st.bytes_decayed / KiB,
          (size_t)st.bytes_pressure_released / KiB);
