@@ -325,6 +325,9 @@ static inline void heap_debug_tick(heap_t *h) {
 #endif
 }
 extern atomic_int locus_init_state;
+/* Its values besides 0 (not started): see locus_init. */
+#define INIT_DONE 2
+#define INIT_BUSY(pid) (3 + (pid))
 
 /* A freed small or medium block carries a tag in its second word so that a
  * second free is caught; malloc clears the word. The tag mixes the address

@@ -41,7 +41,7 @@ static const char *const thp_names[] = {"auto", "on", "off", NULL};
 const char *profile_name(profile_t p) { return profile_names[p]; }
 
 /* The statistics file name; written under the lock, copied out under it. */
-static lock_t file_lock;
+LOCK_STATIC(file_lock, LOCK_RANK_OPTIONS_FILE, "options file names")
 static char stats_file[256];
 static char trace_file[256];           /* start-up only: read once, then trace.c keeps a copy */
 
