@@ -16,6 +16,9 @@
 #define WAIT_SLEEP_NS (2u * 1000 * 1000)
 
 /* ---- the lock ------------------------------------------------------------- */
+static atomic_size_t sleeps;           /* waits that reached the sleeping stage (tests) */
+size_t waits_slept(void) { return atomic_load_explicit(&sleeps, memory_order_relaxed); }
+
 
 static inline bool raw_try(lock_t *l) {
   int z = 0;
@@ -30,7 +33,10 @@ static void raw_acquire(lock_t *l) {
   }
   /* Sleeping: 2 says so to the release. Taken with 2 (the previous value was
    * 0): the release may wake nobody, which costs a system call only. */
-  while (atomic_exchange_explicit(&l->v, 2, memory_order_acquire) != 0) os_futex_wait(&l->v, 2, WAIT_SLEEP_NS);
+  while (atomic_exchange_explicit(&l->v, 2, memory_order_acquire) != 0) {
+    atomic_fetch_add_explicit(&sleeps, 1, memory_order_relaxed);
+    os_futex_wait(&l->v, 2, WAIT_SLEEP_NS);
+  }
 }
 
 static inline void raw_release(lock_t *l) {
@@ -38,6 +44,7 @@ static inline void raw_release(lock_t *l) {
 }
 
 void lock_wake(lock_t *l) { os_futex_wake(&l->v, 1); }
+
 
 /* ---- the registry ----------------------------------------------------------- */
 
@@ -172,7 +179,10 @@ void waitq_wait(waitq_t *q, bool (*ended)(const void *), const void *arg) {
       atomic_fetch_add(&q->waiters, 1);
       int seq = atomic_load(&q->seq);
       atomic_thread_fence(memory_order_seq_cst);
-      if (!ended(arg)) os_futex_wait(&q->seq, seq, WAIT_SLEEP_NS);
+      if (!ended(arg)) {
+        atomic_fetch_add_explicit(&sleeps, 1, memory_order_relaxed);
+        os_futex_wait(&q->seq, seq, WAIT_SLEEP_NS);
+      }
       atomic_fetch_sub(&q->waiters, 1);
     }
   }

@@ -25,6 +25,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Ranks, taken in increasing order; the gaps leave room for new classes.
@@ -119,5 +120,7 @@ void waitq_wait(waitq_t *q, bool (*ended)(const void *), const void *arg);
 /* Called by the thread that ended the state (after the store that ends it):
  * wakes the sleepers, if any. Costs a fence and a load when there are none. */
 void waitq_wake(waitq_t *q);
+/* Lock and queue waits that reached the sleeping stage so far (tests). */
+size_t waits_slept(void);
 
 #endif /* LOCUS_LOCK_H */
