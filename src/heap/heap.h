@@ -453,7 +453,7 @@ void small_free_update(heap_t *h, chunk_t *c, run_t *run, void **b);
 void small_free_emptied(heap_t *h, chunk_t *c, run_t *run);
 void small_notify(heap_t *owner, run_t *run);
 /* Test hook: see small_notify. */
-extern void (*small_notify_hook)(void);
+extern void (*small_notify_hook)(int stage);
 void small_free_last(heap_t *owner, run_t *run, void *p);
 /* Owner side: moves thread_free onto `free`; returns the blocks taken. */
 size_t small_collect(heap_t *h, chunk_t *c, run_t *run);

@@ -261,22 +261,24 @@ static bool notify_ended(const void *run) {
   return !(atomic_load_explicit(&((const run_t *)run)->thread_free, memory_order_acquire) & TF_NOTIFYING);
 }
 
-/* Test hook (tests/unit, tests/adversarial): called between the push and
- * the end of TF_NOTIFYING, to hold a notification open as a preempted
- * notifier would. NULL outside those tests. */
-void (*small_notify_hook)(void);
+/* Test hook (tests/unit, tests/adversarial): called before the push (stage
+ * 0) and between the push and the end of TF_NOTIFYING (stage 1), to hold a
+ * notification open as a preempted notifier would. NULL outside those
+ * tests. */
+void (*small_notify_hook)(int stage);
 
 /* Called by the remote free that found the run full: pushes the run on its
  * owner's notify stack, then ends TF_NOTIFYING (other remote frees of the
  * run push on meanwhile; the owner waits for the end before retiring the
  * run or marking it full again) and wakes the owner if it sleeps. */
 NOINLINE void small_notify(heap_t *owner, run_t *run) {
+  if (unlikely(small_notify_hook != NULL)) small_notify_hook(0);
   run_t *head = atomic_load_explicit(&owner->notify, memory_order_relaxed);
   do {
     atomic_store_explicit(&run->notify_next, head, memory_order_relaxed);
   } while (!atomic_compare_exchange_weak_explicit(&owner->notify, &head, run, memory_order_release,
                                                   memory_order_relaxed));
-  if (unlikely(small_notify_hook != NULL)) small_notify_hook();
+  if (unlikely(small_notify_hook != NULL)) small_notify_hook(1);
   atomic_fetch_and_explicit(&run->thread_free, ~TF_STATE_MASK, memory_order_release);
   waitq_wake(&notify_wq);
 }

@@ -25,7 +25,12 @@
  * (counts); after locus_release the bytes in use are back to where they
  * were before the case (nothing lost). Each case runs rounds until its time
  * budget (--seconds, default 1) is spent: bounded, and as many rounds as the
- * machine allows. Run under `taskset -c 0` (ctest adversarial_cpu0) so that
+ * machine allows. The windows the protocols must survive are a few
+ * instructions wide; a test hook of the library (small_notify_hook: the
+ * suite links the library's objects, locus_internal) widens the widest one:
+ * every 4th stage of a full run's notification (before its push, and
+ * between its push and its end) yields the CPU, every 64th sleeps 50 us, as
+ * a preempted notifier would. Run under `taskset -c 0` (ctest adversarial_cpu0) so that
  * preemption lands anywhere, with the thread cache off (every free of
  * another thread's block takes the remote path) and on, in the LOCUS_DEBUG
  * build (tests/debug/run.sh) and under ThreadSanitizer
@@ -34,6 +39,8 @@
  *   adversarial [--seconds S] [CASE...]      (default: every case) */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -49,7 +56,21 @@
 #define MAGIC ((uintptr_t)0x5eed5eed5eed5eedull)
 #define MAXT 8
 
+static void sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
 static double budget = 1.0;
+
+extern void (*small_notify_hook)(int stage);   /* heap/small.c, test hook */
+static atomic_size_t notifications;
+static void hold_notification(int stage) {
+  static _Thread_local unsigned n;
+  if (stage == 0) atomic_fetch_add_explicit(&notifications, 1, memory_order_relaxed);
+  if (++n % 64 == 0) sleep_us(50);
+  else if (n % 4 == 0) sched_yield();
+}
 static atomic_size_t made, freed;
 static atomic_uint_fast64_t seq;
 
@@ -69,10 +90,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void sleep_us(long us) {
-  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-  nanosleep(&ts, NULL);
-}
 
 static uint64_t rnd(uint64_t *s) {
   *s = *s * 6364136223846793005u + 1442695040888963407u;
@@ -353,6 +370,18 @@ static const struct {
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
+/* A case that does not end (a wait that never returns, a cycle followed)
+ * fails with its name, not at the ctest timeout. */
+static const char *running;
+static void watchdog(int sig) {
+  (void)sig;
+  char msg[128];
+  int n = snprintf(msg, sizeof msg, "adversarial: FAILED: case %s did not finish in time (hung?)\n", running);
+  if (write(2, msg, (size_t)n) < 0) {
+  }
+  _exit(3);
+}
+
 static size_t in_use(void) {
   locus_stats_t st;
   locus_stats_get(&st);
@@ -361,14 +390,18 @@ static size_t in_use(void) {
 
 static void run(size_t k) {
   locus_release();
-  size_t use0 = in_use(), made0 = made, freed0 = freed;
+  size_t use0 = in_use(), made0 = made, freed0 = freed, notes0 = notifications;
   double t0 = now_s();
+  running = cases[k].name;
+  alarm((unsigned)(budget * 5) + 30);
   size_t rounds = cases[k].run();
+  alarm(0);
   double secs = now_s() - t0;
   locus_release();
   size_t use1 = in_use(), m = made - made0, f = freed - freed0;
-  printf("adversarial: %-10s %6zu rounds in %.2f s, %9zu blocks made, %9zu freed, in use %zu -> %zu KiB\n",
-         cases[k].name, rounds, secs, m, f, use0 >> 10, use1 >> 10);
+  printf("adversarial: %-10s %6zu rounds in %.2f s, %9zu blocks made, %9zu freed, %7zu notifications, "
+         "in use %zu -> %zu KiB\n", cases[k].name, rounds, secs, m, f, (size_t)(notifications - notes0), use0 >> 10,
+         use1 >> 10);
   if (m != f) fail("%s: %zu blocks made, %zu freed", cases[k].name, m, f);
   if (use1 > use0) fail("%s: in use grew from %zu to %zu bytes: memory lost", cases[k].name, use0, use1);
   if (!rounds) fail("%s: no round ran", cases[k].name);
@@ -376,6 +409,8 @@ static void run(size_t k) {
 
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  small_notify_hook = hold_notification;
+  signal(SIGALRM, watchdog);
   printf("adversarial: allocator %s, thread cache %s\n", T_ALLOCATOR_NAME,
          getenv("LOCUS_THREAD_CACHE") ? getenv("LOCUS_THREAD_CACHE") : "default");
   bool any = false;

@@ -59,9 +59,9 @@ static _Atomic uint64_t max_ns[NT];
 static atomic_int done_senders;
 static int fifo;
 
-static void hold_open(void) {
+static void hold_open(int stage) {
   static _Atomic unsigned n;
-  if (atomic_fetch_add(&n, 1) % 2 == 0) {
+  if (stage == 1 && atomic_fetch_add(&n, 1) % 2 == 0) {   /* pushed, not yet ended */
     atomic_fetch_add(&holds, 1);
     sleep_us(100);
   }
