@@ -91,6 +91,13 @@ static double now_s(void) {
 }
 
 
+static double longest_round;           /* of the case running, in seconds */
+static double round_end(double r0) {   /* returns now */
+  double t = now_s();
+  if (t - r0 > longest_round) longest_round = t - r0;
+  return t;
+}
+
 static uint64_t rnd(uint64_t *s) {
   *s = *s * 6364136223846793005u + 1442695040888963407u;
   return *s >> 33;
@@ -114,6 +121,12 @@ static void check_free(uintptr_t *b) {
   atomic_fetch_add_explicit(&freed, 1, memory_order_relaxed);
 }
 
+/* A thread's argument: the case's shared state and the thread's number. */
+typedef struct {
+  void *ctx;
+  size_t id;
+} targ_t;
+
 /* ---- a crew of threads that free slices of one batch at once ------------- */
 typedef struct {
   pthread_barrier_t go, done;
@@ -124,13 +137,13 @@ typedef struct {
 } crew_t;
 
 static void *crew_member(void *arg) {
-  crew_t *c = *(crew_t **)arg;
-  int id = (int)(((crew_t **)arg)[1] - (crew_t *)0);
+  crew_t *c = ((targ_t *)arg)->ctx;
+  size_t id = ((targ_t *)arg)->id;
   for (;;) {
     pthread_barrier_wait(&c->go);
     if (atomic_load(&c->stop)) return NULL;
     /* every member frees every crew-th block: neighbours, same run */
-    for (size_t i = (size_t)id; i < c->n; i += (size_t)c->crew + 1) check_free(c->blocks[i]);
+    for (size_t i = id; i < c->n; i += (size_t)c->crew + 1) check_free(c->blocks[i]);
     pthread_barrier_wait(&c->done);
   }
 }
@@ -138,7 +151,7 @@ static void *crew_member(void *arg) {
 typedef struct {
   crew_t c;
   pthread_t t[MAXT];
-  crew_t *args[MAXT][2];
+  targ_t args[MAXT];
 } crew_run_t;
 
 static void crew_start(crew_run_t *r, int crew, uintptr_t **blocks) {
@@ -148,9 +161,8 @@ static void crew_start(crew_run_t *r, int crew, uintptr_t **blocks) {
   pthread_barrier_init(&r->c.go, NULL, (unsigned)crew + 1);
   pthread_barrier_init(&r->c.done, NULL, (unsigned)crew + 1);
   for (int i = 0; i < crew; i++) {
-    r->args[i][0] = &r->c;
-    r->args[i][1] = (crew_t *)0 + i;
-    if (pthread_create(&r->t[i], NULL, crew_member, r->args[i])) fail("pthread_create");
+    r->args[i] = (targ_t){&r->c, (size_t)i};
+    if (pthread_create(&r->t[i], NULL, crew_member, &r->args[i])) fail("pthread_create");
   }
 }
 
@@ -178,7 +190,7 @@ static size_t run_case_batches(bool full) {
   uint64_t s = 42;
   size_t rounds = 0;
   double end = now_s() + budget;
-  while (now_s() < end) {
+  for (double r0 = now_s(); r0 < end; r0 = round_end(r0)) {
     size_t size = 16u << rnd(&s) % 8;  /* 16 B .. 2 KiB: 32 .. 4096 blocks per 64 KiB run */
     size_t per_run = 65536 / size, n;
     if (full) n = per_run * (1 + rnd(&s) % 3);
@@ -237,7 +249,7 @@ static size_t case_orphan(void) {
   static orphan_t o;
   size_t rounds = 0;
   double end = now_s() + budget;
-  while (now_s() < end) {
+  for (double r0 = now_s(); r0 < end; r0 = round_end(r0)) {
     atomic_store(&o.next, 0);
     pthread_barrier_init(&o.made, NULL, 3);
     pthread_t m, f[2], a[2];
@@ -278,8 +290,8 @@ static void *idle_owner(void *arg) {
 }
 
 static void *idle_freer(void *arg) {
-  idle_t *d = *(idle_t **)arg;
-  size_t half = (size_t)(((idle_t **)arg)[1] - (idle_t *)0);
+  idle_t *d = ((targ_t *)arg)->ctx;
+  size_t half = ((targ_t *)arg)->id;
   pthread_barrier_wait(&d->made);
   for (size_t i = half; i < IDLE_N; i += 4) check_free(d->blocks[i]);   /* probes the owner */
   sleep_us(d->sleep_us - 1000 + (long)half * 700);
@@ -292,13 +304,13 @@ static size_t case_idle(void) {
   size_t rounds = 0;
   uint64_t s = 7;
   double end = now_s() + budget;
-  while (now_s() < end) {
+  for (double r0 = now_s(); r0 < end; r0 = round_end(r0)) {
     d.sleep_us = 8000 + (long)(rnd(&s) % 6000);
     pthread_barrier_init(&d.made, NULL, 3);
     pthread_t o, f[2];
-    idle_t *args[2][2] = {{&d, (idle_t *)0 + 0}, {&d, (idle_t *)0 + 1}};
+    targ_t args[2] = {{&d, 0}, {&d, 1}};
     pthread_create(&o, NULL, idle_owner, &d);
-    for (int i = 0; i < 2; i++) pthread_create(&f[i], NULL, idle_freer, args[i]);
+    for (int i = 0; i < 2; i++) pthread_create(&f[i], NULL, idle_freer, &args[i]);
     pthread_join(o, NULL);
     for (int i = 0; i < 2; i++) pthread_join(f[i], NULL);
     pthread_barrier_destroy(&d.made);
@@ -330,8 +342,8 @@ static void *cx_owner(void *arg) {
 }
 
 static void *cx_cacher(void *arg) {
-  cx_t *x = *(cx_t **)arg;
-  size_t me = (size_t)(((cx_t **)arg)[1] - (cx_t *)0);
+  cx_t *x = ((targ_t *)arg)->ctx;
+  size_t me = ((targ_t *)arg)->id;
   LOCUS_API(free)(LOCUS_API(malloc)(1));   /* a heap of its own, on the owner's node */
   pthread_barrier_wait(&x->made);
   for (size_t i = me; i < CX_N; i += 2) check_free(x->blocks[i]);   /* into this thread's cache (on) */
@@ -343,14 +355,14 @@ static size_t case_cache_exit(void) {
   static cx_t x;
   size_t rounds = 0;
   double end = now_s() + budget;
-  while (now_s() < end) {
+  for (double r0 = now_s(); r0 < end; r0 = round_end(r0)) {
     x.owner_exits = rounds % 2;
     pthread_barrier_init(&x.made, NULL, 3);
     pthread_barrier_init(&x.cached, NULL, 3);
     pthread_t o, c[2];
-    cx_t *args[2][2] = {{&x, (cx_t *)0 + 0}, {&x, (cx_t *)0 + 1}};
+    targ_t args[2] = {{&x, 0}, {&x, 1}};
     pthread_create(&o, NULL, cx_owner, &x);
-    for (int i = 0; i < 2; i++) pthread_create(&c[i], NULL, cx_cacher, args[i]);
+    for (int i = 0; i < 2; i++) pthread_create(&c[i], NULL, cx_cacher, &args[i]);
     pthread_join(o, NULL);
     for (int i = 0; i < 2; i++) pthread_join(c[i], NULL);
     pthread_barrier_destroy(&x.made);
@@ -393,15 +405,16 @@ static void run(size_t k) {
   size_t use0 = in_use(), made0 = made, freed0 = freed, notes0 = notifications;
   double t0 = now_s();
   running = cases[k].name;
+  longest_round = 0;
   alarm((unsigned)(budget * 5) + 30);
   size_t rounds = cases[k].run();
   alarm(0);
   double secs = now_s() - t0;
   locus_release();
   size_t use1 = in_use(), m = made - made0, f = freed - freed0;
-  printf("adversarial: %-10s %6zu rounds in %.2f s, %9zu blocks made, %9zu freed, %7zu notifications, "
-         "in use %zu -> %zu KiB\n", cases[k].name, rounds, secs, m, f, (size_t)(notifications - notes0), use0 >> 10,
-         use1 >> 10);
+  printf("adversarial: %-10s %6zu rounds in %.2f s (longest %.1f ms), %9zu blocks made, %9zu freed, %7zu "
+         "notifications, in use %zu -> %zu KiB\n", cases[k].name, rounds, secs, longest_round * 1e3, m, f,
+         (size_t)(notifications - notes0), use0 >> 10, use1 >> 10);
   if (m != f) fail("%s: %zu blocks made, %zu freed", cases[k].name, m, f);
   if (use1 > use0) fail("%s: in use grew from %zu to %zu bytes: memory lost", cases[k].name, use0, use1);
   if (!rounds) fail("%s: no round ran", cases[k].name);
