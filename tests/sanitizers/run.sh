@@ -99,6 +99,10 @@ for run in $which_runs; do
       # cache on, then off (every free of another thread's block remote).
       check tsan_adversarial "$d/tests/adversarial/adversarial" --seconds "${SAN_ADV_SECONDS:-2}"
       check tsan_adversarial_nocache env LOCUS_THREAD_CACHE=0 "$d/tests/adversarial/adversarial" --seconds "${SAN_ADV_SECONDS:-2}"
+      if command -v taskset >/dev/null 2>&1; then   # one CPU: preemption anywhere in the protocols
+        check tsan_adversarial_cpu0 taskset -c 0 env LOCUS_THREAD_CACHE=0 "$d/tests/adversarial/adversarial" \
+          --seconds "${SAN_ADV_SECONDS:-2}"
+      fi
     else
       status=1
     fi
