@@ -10,6 +10,9 @@
  *              once: the first free's notification, frees pushed while it is
  *              under way, the owner marking runs full and draining the
  *              notify stack meanwhile;
+ *   medium     medium blocks of one chunk freed by several threads at once
+ *              (the heap's remote stack) while the owner allocates and
+ *              frees medium blocks (drains it, merges neighbours);
  *   orphan     a thread exits while others free its blocks; new threads
  *              adopt its heap and allocate while the frees go on; another
  *              thread collects orphans (locus_collect, locus_release);
@@ -64,6 +67,7 @@ static void sleep_us(long us) {
 static double budget = 1.0;
 
 extern void (*small_notify_hook)(int stage);   /* heap/small.c, test hook */
+extern size_t waits_slept(void);                /* util/lock.c */
 static atomic_size_t notifications;
 static void hold_notification(int stage) {
   static _Thread_local unsigned n;
@@ -182,7 +186,8 @@ static void crew_stop(crew_run_t *r) {
  * share (index crew mod crew+1) and, in `notify`, allocating and freeing
  * more of the class meanwhile. `full`: whole runs, so they are full when
  * the crew starts. */
-static size_t run_case_batches(bool full) {
+enum { SMALL_RUNS, FULL_RUNS, MEDIUM };
+static size_t run_case_batches(int kind) {
   static uintptr_t *blocks[BATCH_MAX];
   crew_run_t r;
   int crew = 3;
@@ -193,9 +198,13 @@ static size_t run_case_batches(bool full) {
   for (double r0 = now_s(); r0 < end; r0 = round_end(r0)) {
     size_t size = 16u << rnd(&s) % 8;  /* 16 B .. 2 KiB: 32 .. 4096 blocks per 64 KiB run */
     size_t per_run = 65536 / size, n;
-    if (full) n = per_run * (1 + rnd(&s) % 3);
+    if (kind == FULL_RUNS) n = per_run * (1 + rnd(&s) % 3);
     else n = 2 + rnd(&s) % (per_run < 64 ? per_run : 64);
     if (n > BATCH_MAX) n = BATCH_MAX - BATCH_MAX % per_run;
+    if (kind == MEDIUM) {              /* 8 KiB .. 256 KiB: neighbours in one medium chunk */
+      size = 8192 + 16 + rnd(&s) % (248 * 1024);
+      n = 2 + rnd(&s) % 24;
+    }
     for (size_t i = 0; i < n; i++) blocks[i] = make(size);
     r.c.n = n;
     pthread_barrier_wait(&r.c.go);
@@ -210,8 +219,9 @@ static size_t run_case_batches(bool full) {
   return rounds;
 }
 
-static size_t case_same_run(void) { return run_case_batches(false); }
-static size_t case_notify(void) { return run_case_batches(true); }
+static size_t case_same_run(void) { return run_case_batches(SMALL_RUNS); }
+static size_t case_notify(void) { return run_case_batches(FULL_RUNS); }
+static size_t case_medium(void) { return run_case_batches(MEDIUM); }
 
 /* ---- orphan --------------------------------------------------------------- */
 #define ORPHAN_N 2048
@@ -377,7 +387,7 @@ static const struct {
   const char *name;
   size_t (*run)(void);
 } cases[] = {
-  {"same_run", case_same_run}, {"notify", case_notify}, {"orphan", case_orphan},
+  {"same_run", case_same_run}, {"notify", case_notify}, {"medium", case_medium}, {"orphan", case_orphan},
   {"idle", case_idle},         {"cache_exit", case_cache_exit},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
@@ -402,7 +412,7 @@ static size_t in_use(void) {
 
 static void run(size_t k) {
   locus_release();
-  size_t use0 = in_use(), made0 = made, freed0 = freed, notes0 = notifications;
+  size_t use0 = in_use(), made0 = made, freed0 = freed, notes0 = notifications, slept0 = waits_slept();
   double t0 = now_s();
   running = cases[k].name;
   longest_round = 0;
@@ -413,8 +423,8 @@ static void run(size_t k) {
   locus_release();
   size_t use1 = in_use(), m = made - made0, f = freed - freed0;
   printf("adversarial: %-10s %6zu rounds in %.2f s (longest %.1f ms), %9zu blocks made, %9zu freed, %7zu "
-         "notifications, in use %zu -> %zu KiB\n", cases[k].name, rounds, secs, longest_round * 1e3, m, f,
-         (size_t)(notifications - notes0), use0 >> 10, use1 >> 10);
+         "notifications, %zu waits slept, in use %zu -> %zu KiB\n", cases[k].name, rounds, secs, longest_round * 1e3,
+         m, f, (size_t)(notifications - notes0), waits_slept() - slept0, use0 >> 10, use1 >> 10);
   if (m != f) fail("%s: %zu blocks made, %zu freed", cases[k].name, m, f);
   if (use1 > use0) fail("%s: in use grew from %zu to %zu bytes: memory lost", cases[k].name, use0, use1);
   if (!rounds) fail("%s: no round ran", cases[k].name);
