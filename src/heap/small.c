@@ -382,6 +382,7 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
   /* Retired once: a second retire of the slot would give its chunk back twice
    * (to the source and to the spare: two heaps would share it). */
   LOCUS_ASSERT(run->state != RUN_FREE && !(c->free_runs >> (run - c->runs) & 1));
+  LOCUS_ASSERT(lock_held(&h->lock));   /* the run lists change only under it */
   /* A remote free may still be pushing the run on the notify stack: wait for
    * it (bounded: it wakes us), then empty the stack, so that nothing points
    * to the slot. */

@@ -16,9 +16,9 @@
 #define WAIT_SLEEP_NS (2u * 1000 * 1000)
 
 /* ---- the lock ------------------------------------------------------------- */
+
 static atomic_size_t sleeps;           /* waits that reached the sleeping stage (tests) */
 size_t waits_slept(void) { return atomic_load_explicit(&sleeps, memory_order_relaxed); }
-
 
 static inline bool raw_try(lock_t *l) {
   int z = 0;
@@ -44,7 +44,6 @@ static inline void raw_release(lock_t *l) {
 }
 
 void lock_wake(lock_t *l) { os_futex_wake(&l->v, 1); }
-
 
 /* ---- the registry ----------------------------------------------------------- */
 
