@@ -36,7 +36,8 @@
  *   heaps             -> heap (adopt, abandon, orphan collection)
  *   heap              -> another heap (only under heaps: an orphan collected
  *                        by a thread holding its own heap's lock), source,
- *                        registry spares
+ *                        registry spares; heaps with a try only (a heap about
+ *                        to take a new chunk collects orphans if it can)
  *   source            -> nothing
  *   registry spares, options file: leaves */
 typedef enum {
