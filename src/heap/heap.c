@@ -395,8 +395,12 @@ __attribute__((constructor(101))) static void heap_locks_register(void) { lock_c
  * still go to their stacks, which nobody drains. Orphans are consistent and
  * stay adoptable. Runs with every registered lock held (the prepare handler
  * took them), before they are reset. */
+static waitq_t init_wq;
+
 static void heaps_fork_child(void) {
   for (heap_t *h = all_heaps; h; h = h->next_all) small_fork_child(h);
+  small_fork_child_queue();
+  waitq_reset(&init_wq);
   heap_t *self = locus_tls_heap;
   for (heap_t *h = all_heaps; h; h = h->next_all)
     if (h->main != self && h->state == HEAP_LIVE) heap_set_state(h, HEAP_DEAD);
@@ -418,8 +422,7 @@ static void fork_child(void) {
  * INIT_DONE. A fork() while another thread initialised leaves the child
  * with its parent's pid in the state and no thread to finish: the child
  * starts over (every step below may run again; the key and the secret
- * are kept). */
-static waitq_t init_wq;
+ * are kept). init_wq is defined above (the fork handler resets it). */
 
 static bool init_changed(const void *busy) {
   return atomic_load_explicit(&locus_init_state, memory_order_acquire) != *(const int *)busy;

@@ -466,6 +466,8 @@ void small_unpark(heap_t *h);
 /* fork() child, every heap lock held: ends notifications that a thread which
  * is gone left half done (a run left TF_NOTIFYING would block its owner). */
 void small_fork_child(heap_t *h);
+/* fork() child: the notifications' wait queue has no sleeper any more. */
+void small_fork_child_queue(void);
 /* The owner's free: onto the run's free list.
  * Invariant: the owner never touches a run after publishing a decrement of
  * `used` to a value above 0 without the heap lock. Once the count drops, a

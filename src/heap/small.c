@@ -782,6 +782,8 @@ NOINLINE void small_free_foreign_full(heap_t *h, heap_t *owner, run_t *run, void
  * owner's retire, would wait for that thread forever. The child has one
  * thread and every heap lock is held (taken by the fork handlers): the push
  * is finished here if it was not done, and the state cleared. */
+void small_fork_child_queue(void) { waitq_reset(&notify_wq); }
+
 void small_fork_child(heap_t *h) {
   for (chunk_t *c = h->small_chunks; c; c = c->next)
     for (unsigned i = 1; i < RUNS_PER_CHUNK; i++) {

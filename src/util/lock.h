@@ -121,6 +121,9 @@ void waitq_wait(waitq_t *q, bool (*ended)(const void *), const void *arg);
 /* Called by the thread that ended the state (after the store that ends it):
  * wakes the sleepers, if any. Costs a fence and a load when there are none. */
 void waitq_wake(waitq_t *q);
+/* fork() child: the sleepers were other threads; without the reset every
+ * wake would make a system call. */
+static inline void waitq_reset(waitq_t *q) { atomic_store_explicit(&q->waiters, 0, memory_order_relaxed); }
 /* Lock and queue waits that reached the sleeping stage so far (tests). */
 size_t waits_slept(void);
 
