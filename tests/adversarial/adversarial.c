@@ -21,7 +21,9 @@
  *              and that allocates again at the moment they do;
  *   cache_exit threads that hold other threads' blocks in their thread
  *              caches exit while the owners free and allocate the same
- *              classes, or exit too.
+ *              classes, or exit too;
+ *   fork       fork() while a crew frees the same runs and the owner
+ *              allocates; the child allocates, frees and exits in time.
  *
  * Every block carries its address mixed with a constant and a sequence
  * number (two words), checked at its free; every block made is freed once
@@ -51,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -382,13 +385,71 @@ static size_t case_cache_exit(void) {
   return rounds;
 }
 
+/* ---- fork ------------------------------------------------------------------- */
+#if defined(__SANITIZE_THREAD__)      /* GCC */
+#define ADV_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)   /* clang */
+#define ADV_TSAN 1
+#endif
+#endif
+/* fork() while a crew frees the same runs and their owner allocates (the
+ * same_run case, in the main thread, which makes the threads: the blocks
+ * glibc allocates for a thread it makes, and keeps in its stack cache, stay
+ * in the main heap): every lock of the library, each run's notification,
+ * may be held or under way at the fork, which another thread makes. The
+ * child, with a 10 s alarm, allocates and frees blocks of every kind, then
+ * exits 0. */
+static atomic_int fork_stop;
+
+static void *forker(void *arg) {
+  size_t *forks = arg;
+  while (!atomic_load(&fork_stop)) {
+    pid_t pid = fork();
+    if (pid < 0) fail("fork");
+    if (pid == 0) {
+      alarm(10);
+      uintptr_t *b[64];
+      for (int i = 0; i < 64; i++) b[i] = LOCUS_API(malloc)((size_t)16 << (i % 18));   /* 16 B .. 2 MiB */
+      for (int i = 0; i < 64; i++) {
+        if (!b[i]) _exit(4);
+        b[i][0] = (uintptr_t)i;
+      }
+      for (int i = 0; i < 64; i++) LOCUS_API(free)(b[i]);
+      _exit(0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      fail("fork: child status %#x (a lock or a notification inherited from a thread it does not have?)", st);
+    ++*forks;
+    sleep_us(2000);
+  }
+  return NULL;
+}
+
+static size_t case_fork(void) {
+#ifdef ADV_TSAN
+  return 1;                            /* TSan's runtime and a multi-threaded fork: not this suite's subject */
+#else
+  size_t forks = 0;
+  pthread_t t;
+  atomic_store(&fork_stop, 0);
+  if (pthread_create(&t, NULL, forker, &forks)) fail("pthread_create");
+  size_t rounds = run_case_batches(SMALL_RUNS);
+  atomic_store(&fork_stop, 1);
+  pthread_join(t, NULL);
+  printf("adversarial: fork       %zu children, each ended 0\n", forks);
+  return forks && rounds ? rounds : 0;
+#endif
+}
+
 /* ---- driver ------------------------------------------------------------------- */
 static const struct {
   const char *name;
   size_t (*run)(void);
 } cases[] = {
   {"same_run", case_same_run}, {"notify", case_notify}, {"medium", case_medium}, {"orphan", case_orphan},
-  {"idle", case_idle},         {"cache_exit", case_cache_exit},
+  {"idle", case_idle},         {"cache_exit", case_cache_exit}, {"fork", case_fork},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
@@ -426,6 +487,7 @@ static void run(size_t k) {
          "notifications, %zu waits slept, in use %zu -> %zu KiB\n", cases[k].name, rounds, secs, longest_round * 1e3,
          m, f, (size_t)(notifications - notes0), waits_slept() - slept0, use0 >> 10, use1 >> 10);
   if (m != f) fail("%s: %zu blocks made, %zu freed", cases[k].name, m, f);
+  if (use1 > use0) locus_stats_print();   /* which heap or source holds it */
   if (use1 > use0) fail("%s: in use grew from %zu to %zu bytes: memory lost", cases[k].name, use0, use1);
   if (!rounds) fail("%s: no round ran", cases[k].name);
 }
