@@ -8,7 +8,7 @@
 # Passes when every program exits 0 and no sanitizer report appears.
 #   run.sh SOURCE_DIR BINARY_DIR [asan] [tsan]      (default: both)
 # Environment: SAN_STRESS_OPS (ops per thread, default 60000 asan / 30000 tsan),
-# SAN_ADV_SECONDS (each adversarial case's budget, default 1 asan / 2 tsan).
+# SAN_ADV_SECONDS (each adversarial case's budget in seconds, default 1).
 # Exit 77 (ctest: skipped) when clang or a sanitizer runtime is missing.
 # Suppressions, if any, are in tests/sanitizers/*.supp; docs/testing-sanitizers.md
 # says why each one exists.
@@ -97,11 +97,11 @@ for run in $which_runs; do
       check tsan_san_checks "$d/tests/sanitizers/san_checks"
       # The adversarial suite: every case for its time budget, the thread
       # cache on, then off (every free of another thread's block remote).
-      check tsan_adversarial "$d/tests/adversarial/adversarial" --seconds "${SAN_ADV_SECONDS:-2}"
-      check tsan_adversarial_nocache env LOCUS_THREAD_CACHE=0 "$d/tests/adversarial/adversarial" --seconds "${SAN_ADV_SECONDS:-2}"
+      check tsan_adversarial "$d/tests/adversarial/adversarial" --seconds "${SAN_ADV_SECONDS:-1}"
+      check tsan_adversarial_nocache env LOCUS_THREAD_CACHE=0 "$d/tests/adversarial/adversarial" --seconds "${SAN_ADV_SECONDS:-1}"
       if command -v taskset >/dev/null 2>&1; then   # one CPU: preemption anywhere in the protocols
         check tsan_adversarial_cpu0 taskset -c 0 env LOCUS_THREAD_CACHE=0 "$d/tests/adversarial/adversarial" \
-          --seconds "${SAN_ADV_SECONDS:-2}"
+          --seconds "${SAN_ADV_SECONDS:-1}"
       fi
     else
       status=1
