@@ -28,12 +28,13 @@ LOCUS_TLS heap_t *locus_tls_heap;
 uint64_t locus_free_key;
 run_t locus_empty_run = {.state = RUN_FULL};
 heap_t locus_oom_heap = {
-  .cur = {[0 ... NUM_CLASSES - 1] = &locus_empty_run}, .main = &locus_oom_heap,
+  .cur = {[0 ... NUM_CLASSES - 1] = &locus_empty_run}, .main = &locus_oom_heap, .lock = LOCK_INIT(LOCK_RANK_HEAP),
   .place = PLACE_MAIN, .node = -1, .state = HEAP_DEAD, .cache_node = CACHE_NODE_NONE,
 };
 atomic_int locus_init_state;
 
-static lock_t heaps_lock;           /* guards all_heaps, orphans, the record arena */
+/* guards all_heaps, orphans, the record arena */
+LOCK_STATIC(heaps_lock, LOCK_RANK_HEAPS, "heaps (all heaps, orphans, heap records)")
 static heap_t *all_heaps;
 static heap_t *orphans;
 static char *arena_next, *arena_end;
@@ -63,6 +64,7 @@ static heap_t *heap_new_locked(void) {
   heap_t *h = heap_record_new();
   if (!h) return NULL;
   memset(h, 0, sizeof *h);
+  lock_init(&h->lock, LOCK_RANK_HEAP);
   heap_reset_classes(h);
   small_cache_init(h);
   h->main = h;
@@ -378,53 +380,66 @@ void heaps_counts(size_t *live, size_t *orphaned) {
   lock_release(&heaps_lock);
 }
 
+/* Every heap's lock, for the lock registry's fork handlers: they run it
+ * with heaps_lock held (ranked below), which guards the list. A remote free
+ * may be retiring a run of any heap (small_free_last), so the child must not
+ * inherit a half-done update or a lock held by a thread it does not have. */
+static void heaps_each_lock(void (*fn)(lock_t *)) {
+  for (heap_t *h = all_heaps; h; h = h->next_all) fn(&h->lock);
+}
+static lock_class_t heap_locks = {.name = "heap (each heap's lists)", .rank = LOCK_RANK_HEAP, .each = heaps_each_lock};
+__attribute__((constructor(101))) static void heap_locks_register(void) { lock_class_register(&heap_locks); }
+
 /* fork(): the child has only the forking thread. Other live heaps may have
  * been mid-update, so they are never used again (DEAD): frees of their blocks
  * still go to their stacks, which nobody drains. Orphans are consistent and
- * stay adoptable. */
-/* Every heap's lock is taken too: a remote free may be retiring a run of
- * any heap (small_free_last), and the child must not inherit a half-done
- * update or a lock held by a thread it does not have. */
-static void heaps_fork_prepare(void) {
-  lock_acquire(&heaps_lock);
-  for (heap_t *h = all_heaps; h; h = h->next_all) heap_lock(h);
-}
-static void heaps_fork_parent(void) {
-  for (heap_t *h = all_heaps; h; h = h->next_all) heap_unlock(h);
-  lock_release(&heaps_lock);
-}
+ * stay adoptable. Runs with every registered lock held (the prepare handler
+ * took them), before they are reset. */
+static waitq_t init_wq;
+
 static void heaps_fork_child(void) {
   for (heap_t *h = all_heaps; h; h = h->next_all) small_fork_child(h);
-  for (heap_t *h = all_heaps; h; h = h->next_all) heap_unlock(h);
+  small_fork_child_queue();
+  waitq_reset(&init_wq);
   heap_t *self = locus_tls_heap;
   for (heap_t *h = all_heaps; h; h = h->next_all)
     if (h->main != self && h->state == HEAP_LIVE) heap_set_state(h, HEAP_DEAD);
   if (self) self->tid = os_gettid();
-  lock_release(&heaps_lock);
 }
 
-static void fork_prepare(void) {
-  heaps_fork_prepare();
-  sources_fork_prepare();
-}
-static void fork_parent(void) {
-  sources_fork_parent();
-  heaps_fork_parent();
-}
+/* Every lock of the library, from the registry, in rank order (util/lock.h). */
+static void fork_prepare(void) { locks_fork_prepare(); }
+static void fork_parent(void) { locks_fork_parent(); }
 static void fork_child(void) {
-  sources_fork_child();
   heaps_fork_child();
+  locks_fork_child();
 }
 
 /* One-time global initialisation; may run inside the first malloc of the
- * process (from the dynamic loader), so nothing here allocates. */
+ * process (from the dynamic loader), so nothing here allocates.
+ * locus_init_state: 0 not started, INIT_DONE, or INIT_BUSY(pid) while a
+ * thread of process pid initialises. Others wait (bounded: waitq_t) for
+ * INIT_DONE. A fork() while another thread initialised leaves the child
+ * with its parent's pid in the state and no thread to finish: the child
+ * starts over (every step below may run again; the key and the secret
+ * are kept). init_wq is defined above (the fork handler resets it). */
+
+static bool init_changed(const void *busy) {
+  return atomic_load_explicit(&locus_init_state, memory_order_acquire) != *(const int *)busy;
+}
+
 void locus_init(void) {
   int st = atomic_load_explicit(&locus_init_state, memory_order_acquire);
-  if (likely(st == 2)) return;
-  int zero = 0;
-  if (!atomic_compare_exchange_strong(&locus_init_state, &zero, 1)) {
-    while (atomic_load_explicit(&locus_init_state, memory_order_acquire) != 2) os_yield();
-    return;
+  if (likely(st == INIT_DONE)) return;
+  int me = INIT_BUSY(os_getpid());
+  for (;;) {
+    st = atomic_load_explicit(&locus_init_state, memory_order_acquire);
+    if (st == INIT_DONE) return;
+    if (st == me) {                    /* another thread of this process initialises */
+      waitq_wait(&init_wq, init_changed, &me);
+      continue;
+    }
+    if (atomic_compare_exchange_strong(&locus_init_state, &st, me)) break;
   }
   os_features_probe();
   os_stderr_keep();
@@ -433,13 +448,14 @@ void locus_init(void) {
   sources_init();
   small_init();
   os_membarrier_init();                /* without it, idle heaps keep their current runs */
-  locus_free_key = os_random() | 1;
+  if (!locus_free_key) locus_free_key = os_random() | 1;   /* freed blocks carry tags made with it */
   /* Without the key, exiting threads keep their heaps instead of handing
    * them on: a leak, never a corruption. */
-  exit_key_ok = pthread_key_create(&exit_key, heap_abandon) == 0;
+  if (!exit_key_ok) exit_key_ok = pthread_key_create(&exit_key, heap_abandon) == 0;
   if (!exit_key_ok)
     locus_warn("no thread-exit hook (pthread_key_create failed): heaps of exited threads are not reused");
-  atomic_store_explicit(&locus_init_state, 2, memory_order_release);
+  atomic_store_explicit(&locus_init_state, INIT_DONE, memory_order_release);
+  waitq_wake(&init_wq);
   if (atomic_load(&locus_opt.verbose)) options_print();
 }
 

@@ -35,7 +35,11 @@
  * at once make a cycle that is caught, not followed) and a notification state
  * (bits 62-63): TF_FULL while the run is full and on no list, so the first
  * remote free tells the heap (pushes the run on h->notify) and turns the
- * state into TF_NOTIFYING until the push is done. */
+ * state into TF_NOTIFYING until the push is done. Other remote frees push
+ * on meanwhile and leave the state TF_NOTIFYING (tf_push_state): no free
+ * waits for the notifier, which may be preempted. Only the owner's retire
+ * of the run and its marking full wait for the end of TF_NOTIFYING, a
+ * bounded wait that the notifier wakes (small_notify). */
 #define TF_PTR_MASK (((uintptr_t)1 << 48) - 1)
 #define TF_COUNT_SHIFT 48
 #define TF_COUNT_ONE ((uintptr_t)1 << TF_COUNT_SHIFT)
@@ -325,6 +329,9 @@ static inline void heap_debug_tick(heap_t *h) {
 #endif
 }
 extern atomic_int locus_init_state;
+/* Its values besides 0 (not started): see locus_init. */
+#define INIT_DONE 2
+#define INIT_BUSY(pid) (3 + (pid))
 
 /* A freed small or medium block carries a tag in its second word so that a
  * second free is caught; malloc clears the word. The tag mixes the address
@@ -445,6 +452,8 @@ void small_free_update(heap_t *h, chunk_t *c, run_t *run, void **b);
 /* The owner's free emptied the run: retired unless current (under the lock). */
 void small_free_emptied(heap_t *h, chunk_t *c, run_t *run);
 void small_notify(heap_t *owner, run_t *run);
+/* Test hook: see small_notify. */
+extern void (*small_notify_hook)(int stage);
 void small_free_last(heap_t *owner, run_t *run, void *p);
 /* Owner side: moves thread_free onto `free`; returns the blocks taken. */
 size_t small_collect(heap_t *h, chunk_t *c, run_t *run);
@@ -455,8 +464,10 @@ size_t small_collect(heap_t *h, chunk_t *c, run_t *run);
 void small_collect_all(heap_t *h, bool park);
 void small_unpark(heap_t *h);
 /* fork() child, every heap lock held: ends notifications that a thread which
- * is gone left half done (a run left TF_NOTIFYING would block its frees). */
+ * is gone left half done (a run left TF_NOTIFYING would block its owner). */
 void small_fork_child(heap_t *h);
+/* fork() child: the notifications' wait queue has no sleeper any more. */
+void small_fork_child_queue(void);
 /* The owner's free: onto the run's free list.
  * Invariant: the owner never touches a run after publishing a decrement of
  * `used` to a value above 0 without the heap lock. Once the count drops, a
@@ -522,6 +533,10 @@ void small_cache_flush(heap_t *h);
 bool small_cache_empty(const heap_t *h);
 /* The owner's exit: other heaps' blocks leave the cache, its own stay. */
 void small_cache_exit(heap_t *h);
+/* The state a remote free pushes with: TF_FULL becomes TF_NOTIFYING (this
+ * free tells the owner: small_notify), TF_NOTIFYING stays (another free is
+ * telling it), 0 stays. */
+static ALWAYS_INLINE uintptr_t tf_push_state(uintptr_t old) { return (old & TF_STATE_MASK) ? TF_NOTIFYING : 0; }
 /* Another thread's free: one CAS on the run's thread_free, none on the heap,
  * except the first free into a full run, which tells the owner (small_notify). */
 static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) {
@@ -539,18 +554,13 @@ static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) 
       small_free_last(owner, run, p);
       return;
     }
-    if (unlikely(old & TF_NOTIFYING)) {   /* another thread is telling the owner: a few cycles */
-      arch_pause();
-      old = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
-      continue;
-    }
     b[0] = (void *)(old & TF_PTR_MASK);
-    nw = (uintptr_t)b | ((old & TF_COUNT_MASK) + TF_COUNT_ONE) | ((old & TF_FULL) ? TF_NOTIFYING : 0);
+    nw = (uintptr_t)b | ((old & TF_COUNT_MASK) + TF_COUNT_ONE) | tf_push_state(old);
     if (atomic_compare_exchange_weak_explicit(&run->thread_free, &old, nw, memory_order_release,
                                               memory_order_relaxed))
       break;
   }
-  if (unlikely(nw & TF_NOTIFYING)) small_notify(owner, run);
+  if (unlikely(old & TF_FULL)) small_notify(owner, run);
 }
 /* The run descriptor of a block of small chunk c, from the block's address
  * alone: c is aligned on CHUNK_SIZE (SRC_ALIGNED), so the block's offset in

@@ -251,16 +251,36 @@ static void notify_drain(heap_t *h) {
   }
 }
 
+/* The owner's waits for the end of a run's TF_NOTIFYING (run_mark_full,
+ * small_run_retire) sleep here; the notifier wakes them (small_notify). One
+ * queue for every run: a notification lasts a few instructions unless its
+ * thread is preempted, and a sleeper woken for another run looks again. */
+static waitq_t notify_wq;
+
+static bool notify_ended(const void *run) {
+  return !(atomic_load_explicit(&((const run_t *)run)->thread_free, memory_order_acquire) & TF_NOTIFYING);
+}
+
+/* Test hook (tests/unit, tests/adversarial): called before the push (stage
+ * 0) and between the push and the end of TF_NOTIFYING (stage 1), to hold a
+ * notification open as a preempted notifier would. NULL outside those
+ * tests. */
+void (*small_notify_hook)(int stage);
+
 /* Called by the remote free that found the run full: pushes the run on its
  * owner's notify stack, then ends TF_NOTIFYING (other remote frees of the
- * run wait for that, and so does the owner before retiring the run). */
+ * run push on meanwhile; the owner waits for the end before retiring the
+ * run or marking it full again) and wakes the owner if it sleeps. */
 NOINLINE void small_notify(heap_t *owner, run_t *run) {
+  if (unlikely(small_notify_hook != NULL)) small_notify_hook(0);
   run_t *head = atomic_load_explicit(&owner->notify, memory_order_relaxed);
   do {
     atomic_store_explicit(&run->notify_next, head, memory_order_relaxed);
   } while (!atomic_compare_exchange_weak_explicit(&owner->notify, &head, run, memory_order_release,
                                                   memory_order_relaxed));
+  if (unlikely(small_notify_hook != NULL)) small_notify_hook(1);
   atomic_fetch_and_explicit(&run->thread_free, ~TF_STATE_MASK, memory_order_release);
+  waitq_wake(&notify_wq);
 }
 
 /* Gives `free` something to pop: the remote frees, then a fresh page of the
@@ -291,7 +311,7 @@ static bool run_mark_full(heap_t *h, chunk_t *c, run_t *run) {
       return false;
     }
     if (tf & TF_STATE_MASK) {          /* a notification of an earlier full period ends */
-      arch_pause();
+      waitq_wait(&notify_wq, notify_ended, run);
       continue;
     }
     /* Every earlier push of this run on the stack ended before TF_NOTIFYING
@@ -362,9 +382,11 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
   /* Retired once: a second retire of the slot would give its chunk back twice
    * (to the source and to the spare: two heaps would share it). */
   LOCUS_ASSERT(run->state != RUN_FREE && !(c->free_runs >> (run - c->runs) & 1));
+  LOCUS_ASSERT(lock_held(&h->lock));   /* the run lists change only under it */
   /* A remote free may still be pushing the run on the notify stack: wait for
-   * it, then empty the stack, so that nothing points to the slot. */
-  while (atomic_load_explicit(&run->thread_free, memory_order_acquire) & TF_NOTIFYING) arch_pause();
+   * it (bounded: it wakes us), then empty the stack, so that nothing points
+   * to the slot. */
+  waitq_wait(&notify_wq, notify_ended, run);
   if (atomic_load_explicit(&h->notify, memory_order_relaxed)) notify_drain(h);
   if (run->state != RUN_FULL) partial_unlink(h, run);
   run_set_state(run, RUN_FREE);
@@ -578,19 +600,12 @@ NOINLINE void small_free_last(heap_t *owner, run_t *run, void *p) {
   void **b = p;
   b[1] = (void *)block_tag(b);
   uintptr_t old = atomic_load_explicit(&run->thread_free, memory_order_relaxed), nw;
-  for (;;) {
-    if (old & TF_NOTIFYING) {
-      arch_pause();
-      old = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
-      continue;
-    }
+  do {
     b[0] = (void *)(old & TF_PTR_MASK);
-    nw = (uintptr_t)b | ((old & TF_COUNT_MASK) + TF_COUNT_ONE) | ((old & TF_FULL) ? TF_NOTIFYING : 0);
-    if (atomic_compare_exchange_weak_explicit(&run->thread_free, &old, nw, memory_order_acq_rel,
-                                              memory_order_relaxed))
-      break;
-  }
-  if (nw & TF_NOTIFYING) small_notify(owner, run);
+    nw = (uintptr_t)b | ((old & TF_COUNT_MASK) + TF_COUNT_ONE) | tf_push_state(old);
+  } while (!atomic_compare_exchange_weak_explicit(&run->thread_free, &old, nw, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+  if (old & TF_FULL) small_notify(owner, run);
   if (!locked) {
     if (!live) return;
     atomic_store(&owner->recheck, 1);
@@ -767,6 +782,8 @@ NOINLINE void small_free_foreign_full(heap_t *h, heap_t *owner, run_t *run, void
  * owner's retire, would wait for that thread forever. The child has one
  * thread and every heap lock is held (taken by the fork handlers): the push
  * is finished here if it was not done, and the state cleared. */
+void small_fork_child_queue(void) { waitq_reset(&notify_wq); }
+
 void small_fork_child(heap_t *h) {
   for (chunk_t *c = h->small_chunks; c; c = c->next)
     for (unsigned i = 1; i < RUNS_PER_CHUNK; i++) {

@@ -38,7 +38,7 @@ typedef struct {
 } nt_range_t;
 
 static nt_range_t ranges[NT_SLOTS];
-static lock_t nt_lock;                 /* serialises publishing and cancelling, never the handler */
+LOCK_STATIC(nt_lock, LOCK_RANK_NEXT_TOUCH, "next-touch ranges") /* publishing and cancelling, never the handler */
 static atomic_size_t nt_moved, nt_faults;
 
 static inline uint64_t all_groups(size_t n) { return n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1; }

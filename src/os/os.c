@@ -209,7 +209,7 @@ bool os_protect(void *p, size_t size, bool accessible) {
 
 static os_fault_fn fault_ours;
 static struct sigaction fault_previous;
-static lock_t fault_lock;
+LOCK_STATIC(fault_lock, LOCK_RANK_FAULT, "fault handler install")
 static bool fault_installed;
 
 static void fault_handler(int sig, siginfo_t *info, void *uctx) {

@@ -4,6 +4,7 @@
 #ifndef LOCUS_OS_H
 #define LOCUS_OS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -127,6 +128,12 @@ uint64_t os_random(void);
 long os_gettid(void);
 int os_getpid(void);
 void os_yield(void);
+/* Sleeps while *word equals `expected`, at most timeout_ns (0: no bound);
+ * returns early on a wake, a change of the word or a signal (futex, private
+ * to the process; os/wait.c). The caller looks at its condition again. */
+void os_futex_wait(atomic_int *word, int expected, uint64_t timeout_ns);
+/* Wakes up to n sleepers on word (n < 0: all). */
+void os_futex_wake(atomic_int *word, int n);
 /* Every running thread of the process executes a full memory barrier before
  * this returns (membarrier private expedited): the other side of a fence
  * that the fast paths leave to the compiler. False when unavailable. */

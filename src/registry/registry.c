@@ -16,7 +16,7 @@ _Atomic(slice_entry_t *) registry_l1[(size_t)1 << REG_L1_BITS];
 
 /* Spare leaves: made for a reservation and not used, or lost in a race. A
  * spare is zero but for its first word, the link. */
-static lock_t spare_lock;
+LOCK_STATIC(spare_lock, LOCK_RANK_REGISTRY_SPARE, "registry spare leaves")
 static void *spare_leaves;
 
 static void *leaf_take(void **list) {

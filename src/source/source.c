@@ -36,6 +36,7 @@ static int nsources = 2;
 #define generic_source sources[0]
 
 void sources_init(void) {
+  for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) lock_init(&sources[i].lock, LOCK_RANK_SOURCE);
   nsources = 2 + topology_node_limit();
   sources[0].node = SOURCE_GENERIC;
   sources[0].policy = OS_POLICY_DEFAULT;
@@ -562,9 +563,11 @@ void sources_for_each(void (*fn)(source_t *, void *), void *ctx) {
   FOR_EACH_SOURCE(s) fn(s, ctx);
 }
 
-void sources_fork_prepare(void) { FOR_EACH_SOURCE(s) lock_acquire(&s->lock); }
-void sources_fork_parent(void) { FOR_EACH_SOURCE(s) lock_release(&s->lock); }
-void sources_fork_child(void) { FOR_EACH_SOURCE(s) lock_release(&s->lock); }
+/* Every source's lock, for the lock registry (fork; util/lock.h). */
+static void sources_each_lock(void (*fn)(lock_t *)) { FOR_EACH_SOURCE(s) fn(&s->lock); }
+static lock_class_t source_locks = {.name = "source (cached segments)", .rank = LOCK_RANK_SOURCE,
+                                    .each = sources_each_lock};
+__attribute__((constructor(101))) static void source_locks_register(void) { lock_class_register(&source_locks); }
 
 void sources_report(void (*line)(void *, const source_t *), void *ctx) {
   FOR_EACH_SOURCE(s) line(ctx, s);

@@ -77,9 +77,6 @@ source_t *source_of_node(int node);
 source_t *source_interleave(void);
 size_t source_cached_total(void);
 void sources_init(void);
-void sources_fork_prepare(void);
-void sources_fork_parent(void);
-void sources_fork_child(void);
 /* Trims every source to the current bound (after a profile or bound change). */
 void sources_apply_bound(void);
 void sources_report(void (*line)(void *, const source_t *), void *ctx);

@@ -55,7 +55,7 @@ static bool verbose_all;               /* LOCUS_VERBOSE=all: the banner in every
 static bool shown_here;                /* this process printed what SHOWN_VAR stands for */
 
 /* The statistics file name; written under the lock, copied out under it. */
-static lock_t file_lock;
+LOCK_STATIC(file_lock, LOCK_RANK_OPTIONS_FILE, "options file names")
 static char stats_file[256];
 static char trace_file[256];           /* start-up only: read once, then trace.c keeps a copy */
 

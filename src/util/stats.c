@@ -202,9 +202,10 @@ static void report_heap(void *ctx, const heap_t *h) {
        HLD(h, st_large_allocs), HLD(h, st_remote_frees), HLD(h, st_reclaimed_runs), heap_cached_blocks(h));
 }
 
+LOCK_STATIC(print_lock, LOCK_RANK_STATS_PRINT, "statistics report")
+
 LOCUS_EXPORT void locus_stats_print(void) {
   static char buf[8192];   /* static: may run at exit, when stacks are small; under print_lock */
-  static lock_t print_lock;
   locus_stats_t st;
   locus_stats_get(&st);
   lock_acquire(&print_lock);

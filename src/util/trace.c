@@ -48,7 +48,7 @@ extern void locus_trace_observer(int kind, unsigned long seq, const void *p, siz
     __attribute__((weak));
 
 static char path[256];
-static lock_t open_lock;
+LOCK_STATIC(open_lock, LOCK_RANK_TRACE_OPEN, "trace file opening")
 static atomic_int state;               /* 0 not open yet, 1 open, -1 failed (silent from then on) */
 static int fd = -1;
 static int fd_pid;                     /* the process that opened fd (a forked child reopens maps) */

@@ -3,11 +3,12 @@
 #   asan  clang, -DLOCUS_NO_OVERRIDE=ON, locus_static; the test code (stress,
 #         san_checks) built with -fsanitize=address,undefined and locus itself
 #         with -fsanitize=undefined; the tests call the locus_* names.
-#   tsan  clang, -DLOCUS_NO_OVERRIDE=ON -DLOCUS_TSAN=ON: locus sources and the
-#         stress test instrumented with ThreadSanitizer.
+#   tsan  clang, -DLOCUS_NO_OVERRIDE=ON -DLOCUS_TSAN=ON: locus sources, the
+#         stress test and the adversarial suite instrumented with ThreadSanitizer.
 # Passes when every program exits 0 and no sanitizer report appears.
 #   run.sh SOURCE_DIR BINARY_DIR [asan] [tsan]      (default: both)
-# Environment: SAN_STRESS_OPS (ops per thread, default 60000 asan / 30000 tsan).
+# Environment: SAN_STRESS_OPS (ops per thread, default 60000 asan / 30000 tsan),
+# SAN_ADV_SECONDS (each adversarial case's budget in seconds, default 1).
 # Exit 77 (ctest: skipped) when clang or a sanitizer runtime is missing.
 # Suppressions, if any, are in tests/sanitizers/*.supp; docs/testing-sanitizers.md
 # says why each one exists.
@@ -43,7 +44,7 @@ build() { # dir, extra cmake args...
        -DLOCUS_BUILD_BENCH=OFF -DLOCUS_NO_OVERRIDE=ON "$@" >"$dir.configure.log" 2>&1; then
     cat "$dir.configure.log"; echo "sanitizers: configure of $dir FAILED"; return 1
   fi
-  if ! cmake --build "$dir" --target stress san_checks -j 2 >"$dir.build.log" 2>&1; then
+  if ! cmake --build "$dir" --target stress san_checks adversarial -j 2 >"$dir.build.log" 2>&1; then
     tail -50 "$dir.build.log"; echo "sanitizers: build of $dir FAILED"; return 1
   fi
 }
@@ -55,7 +56,7 @@ check() { # name, command...
   echo "sanitizers: $name: $*"
   "$@" >"$log" 2>&1
   rc=$?
-  grep -E '^stress: (allocator|replay)|san_checks:' "$log" | head -3
+  grep -E '^stress: (allocator|replay)|san_checks:|^adversarial: [a-z_]+ +[0-9]+ rounds' "$log" | head -6
   if grep -qE 'ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|WARNING: ThreadSanitizer|ThreadSanitizer: reported' "$log"; then
     echo "sanitizers: $name: sanitizer REPORT:"
     grep -A40 -E 'ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|WARNING: ThreadSanitizer' "$log" | head -120
@@ -79,6 +80,7 @@ for run in $which_runs; do
       export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
       check asan_san_checks "$d/tests/sanitizers/san_checks"
       check asan_stress "$d/tests/stress/stress" --threads 4 --ops "${SAN_STRESS_OPS:-60000}" --waves 2
+      check asan_adversarial "$d/tests/adversarial/adversarial" --seconds "${SAN_ADV_SECONDS:-1}"
       check asan_stress_many "$d/tests/stress/stress" --threads 12 --ops "${SAN_STRESS_OPS:-60000}" --waves 2 --max-size 65536 --live 64 --slots 16
     else
       status=1
@@ -93,6 +95,14 @@ for run in $which_runs; do
       check tsan_stress "$d/tests/stress/stress" --threads 4 --ops "${SAN_STRESS_OPS:-30000}" --waves 2
       check tsan_stress_many "$d/tests/stress/stress" --threads 8 --ops "${SAN_STRESS_OPS:-30000}" --waves 2 --max-size 65536 --live 64 --slots 8
       check tsan_san_checks "$d/tests/sanitizers/san_checks"
+      # The adversarial suite: every case for its time budget, the thread
+      # cache on, then off (every free of another thread's block remote).
+      check tsan_adversarial "$d/tests/adversarial/adversarial" --seconds "${SAN_ADV_SECONDS:-1}"
+      check tsan_adversarial_nocache env LOCUS_THREAD_CACHE=0 "$d/tests/adversarial/adversarial" --seconds "${SAN_ADV_SECONDS:-1}"
+      if command -v taskset >/dev/null 2>&1; then   # one CPU: preemption anywhere in the protocols
+        check tsan_adversarial_cpu0 taskset -c 0 env LOCUS_THREAD_CACHE=0 "$d/tests/adversarial/adversarial" \
+          --seconds "${SAN_ADV_SECONDS:-1}"
+      fi
     else
       status=1
     fi
