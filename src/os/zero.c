@@ -194,11 +194,9 @@ static void zero_range(void *p, size_t size, bool keep_huge) {
   /* Batches end on multiples of BATCH pages in the address space: a huge
    * page (a divisor of that span) never straddles two batches, where each
    * part, shorter than a huge page, would be written instead of dropped. */
-  uintptr_t span = (uintptr_t)BATCH * page;
   for (int pass = 0; pass < 2; pass++) {
     for (size_t first = 0, n; first < pages; first += n) {
-      uintptr_t at = (uintptr_t)(base + first * page);
-      n = (size_t)(align_up(at + 1, span) - at) / page;
+      n = BATCH - (size_t)((uintptr_t)(base + first * page) / page % BATCH);   /* 1..BATCH */
       if (n > pages - first) n = pages - first;
       classify(base + first * page, n, st, &pm, swap, &pending);
       os_zero_plan(base + first * page, n, st, keep_huge, apply, NULL);
