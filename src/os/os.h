@@ -37,7 +37,7 @@ void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
  * (MADV_DONTNEED), the rest written. keep_huge: present runs are dropped
  * only on whole huge-page boundaries, the edges written, so no huge page is
  * split. Every page is written once a page-reuse mapping exists (a fault
- * there may bring back old data). */
+ * there may bring back old data). errno is left as it was. */
 void os_zero_recycled(void *p, size_t size, bool keep_huge);
 /* What os_zero_recycled knows of a page, and what it does with a run. */
 enum { OS_ZERO_EMPTY = 0, OS_ZERO_PRESENT = 1, OS_ZERO_SWAPPED = 2 };

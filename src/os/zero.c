@@ -14,7 +14,8 @@
  * mincore.c); /proc/self/pagemap tells them apart (bit 63 present, bit 62
  * swapped; readable without privileges, which only hides frame numbers).
  *
- * The rule, in batches of 4,096 pages:
+ * The rule, in batches of 4,096 pages (ending on multiples of 4,096 pages
+ * in the address space, so that no huge page straddles two):
  *  1. mincore: resident pages are present (a swapped page in the swap cache
  *     counts as resident: writing it or dropping it clears it either way).
  *     If mincore fails, every page is treated as present.
@@ -177,7 +178,9 @@ static void apply(void *ctx, int kind, char *q, size_t len) {
   memset(q, 0, len);
 }
 
-void os_zero_recycled(void *p, size_t size, bool keep_huge) {
+/* os_zero_recycled without errno's restore: an open, mincore or madvise
+ * that fails (no /proc; MADV_DONTNEED refused on mlock'd pages) sets it. */
+static void zero_range(void *p, size_t size, bool keep_huge) {
   if (os_page_reuse_maps()) {            /* a dropped or empty page may fault in old data */
     memset(p, 0, size);
     return;
@@ -188,9 +191,13 @@ void os_zero_recycled(void *p, size_t size, bool keep_huge) {
   size_t pages = size / page;
   pagemap_t pm = {.fd = -1, .tried = false};
   bool swap = swap_possible(true), pending = false;
+  /* Batches end on multiples of BATCH pages in the address space: a huge
+   * page (a divisor of that span) never straddles two batches, where each
+   * part, shorter than a huge page, would be written instead of dropped. */
   for (int pass = 0; pass < 2; pass++) {
-    for (size_t first = 0; first < pages; first += BATCH) {
-      size_t n = pages - first < BATCH ? pages - first : BATCH;
+    for (size_t first = 0, n; first < pages; first += n) {
+      n = BATCH - (size_t)((uintptr_t)(base + first * page) / page % BATCH);   /* 1..BATCH */
+      if (n > pages - first) n = pages - first;
       classify(base + first * page, n, st, &pm, swap, &pending);
       os_zero_plan(base + first * page, n, st, keep_huge, apply, NULL);
     }
@@ -201,4 +208,10 @@ void os_zero_recycled(void *p, size_t size, bool keep_huge) {
     swap = true;
   }
   if (pm.fd >= 0) close(pm.fd);
+}
+
+void os_zero_recycled(void *p, size_t size, bool keep_huge) {
+  int saved = errno;                     /* a successful calloc leaves errno alone */
+  zero_range(p, size, keep_huge);
+  errno = saved;
 }

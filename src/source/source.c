@@ -19,6 +19,7 @@
  * that must grow and cannot grow in place moves (mremap, page tables only) to
  * a 2 MiB boundary, so its huge pages move whole instead of being split. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <string.h>
 
 #include "source/source.h"
@@ -258,7 +259,20 @@ static region_t *take_aligned(source_t *s, size_t size, uint64_t now) {
 /* Auto profile: the controller's clock, 0 otherwise (no clock read). */
 static uint64_t auto_now(void) { return adapt_active() ? adapt_now() : 0; }
 
+static region_t *source_take(source_t *s, size_t size, unsigned flags);
+
+/* A failed attempt on the way (a grow by mremap refused, a mapping refused
+ * under RLIMIT_AS before the caches are dropped) sets errno; an allocation
+ * that succeeds leaves it as it was (malloc and calloc report through their
+ * return value). */
 region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
+  int saved = errno;
+  region_t *r = source_take(s, size, flags);
+  if (r) errno = saved;
+  return r;
+}
+
+static region_t *source_take(source_t *s, size_t size, unsigned flags) {
   bool exact = flags & SRC_EXACT;
   uint64_t now = auto_now();
   if (now) adapt_tick(now);

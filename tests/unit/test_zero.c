@@ -13,6 +13,7 @@
  *    one madvise per run, never faulted in);
  *  - calloc of recycled large blocks returns zeroes in those modes. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -120,9 +121,10 @@ static void test_plan(void) {
 /* A 4 MiB range: pages 0-3 and 10 written, the others never touched
  * (empty); runs short enough that present pages are written, not dropped. */
 static void test_range(int mode) {
-  const size_t n = 1024;
-  char *p = mmap(NULL, n * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  CHECK(p != MAP_FAILED, "mmap");
+  const size_t n = 1024, span = 4096 * page;   /* within one batch (4,096 pages, aligned): runs are not cut */
+  char *m = mmap(NULL, n * page + span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(m != MAP_FAILED, "mmap");
+  char *p = (char *)(((uintptr_t)m + span - 1) & ~(uintptr_t)(span - 1));
   madvise(p, n * page, MADV_NOHUGEPAGE);       /* page granularity: a huge page would fill every page */
   memset(p, 0x5a, 4 * page);
   memset(p + 10 * page, 0xa5, page);
@@ -142,7 +144,49 @@ static void test_range(int mode) {
     CHECK(madvises == 2, "no pagemap: the 2 runs of unclassified pages dropped (%zu madvises)", madvises);
   else
     CHECK(madvises == 0, "mode %d: empty pages are left alone (%zu madvises)", mode, madvises);
-  munmap(p, n * page);
+  munmap(m, n * page + span);
+}
+
+/* keep_huge across a batch boundary (batches are 4,096 pages): a range
+ * starting one page into a huge page, every page present. Only the first,
+ * partial huge page is written; every whole huge page is dropped, the one a
+ * batch of 4,096 pages counted from the range's start would cut included
+ * (each part was written: the pages stayed resident). */
+static void test_batch_edge(void) {
+  size_t hp = os_features.huge_page_size, span = 4096 * page;
+  if (!hp || hp > span / 2) return;             /* (64 KiB pages: 512 MiB huge pages) */
+  size_t len = span + 4 * hp;
+  char *m = mmap(NULL, len + hp, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(m != MAP_FAILED, "mmap");
+  char *p = (char *)(((uintptr_t)m + hp - 1) & ~(uintptr_t)(hp - 1));
+  madvise(p, len, MADV_NOHUGEPAGE);             /* base pages: the plan goes by addresses all the same */
+  memset(p, 0x5a, len);
+  os_zero_recycled(p + page, len - page, true);
+  static unsigned char vec[8192];
+  CHECK(len / page <= sizeof vec && mincore(p, len, vec) == 0, "mincore");
+  size_t resident = 0;
+  for (size_t i = 0; i < len / page; i++) resident += vec[i] & 1;
+  CHECK(resident == hp / page, "%zu pages resident, want %zu (the first huge page, partly in the range)", resident,
+        hp / page);
+  CHECK(p[0] == 0x5a, "the page before the range is not cleared");
+  for (size_t i = page; i < len; i++) CHECK(p[i] == 0, "byte %zu is %d", i, p[i]);
+  munmap(m, len + hp);
+}
+
+/* errno as it was: on mlock'd pages MADV_DONTNEED fails (EINVAL) and the
+ * run is written instead; calloc succeeds, so errno must not change. */
+static void test_errno(void) {
+  const size_t len = 1 * MB;                    /* a run long enough to be dropped */
+  char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(p != MAP_FAILED, "mmap");
+  memset(p, 0x5a, len);
+  if (mlock(p, len) == 0) {                     /* (RLIMIT_MEMLOCK may refuse it: nothing to test) */
+    errno = 4242;
+    os_zero_recycled(p, len, false);
+    CHECK(errno == 4242, "errno %d after clearing mlock'd pages, want it unchanged", errno);
+    for (size_t i = 0; i < len; i++) CHECK(p[i] == 0, "mlock'd: byte %zu is %d", i, p[i]);
+  }
+  munmap(p, len);
 }
 
 /* calloc of a recycled large block (the same size again: the cached segment). */
@@ -168,6 +212,8 @@ int main(void) {
   page = os_page_size();
   test_page_state();
   test_plan();
+  test_batch_edge();
+  test_errno();
   static const int modes[] = {OS_ZERO_REAL, OS_ZERO_SWAP, OS_ZERO_NO_PAGEMAP, OS_ZERO_SWAP_LATE,
                               OS_ZERO_SWAP_LATE | OS_ZERO_NO_PAGEMAP};
   for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
