@@ -1,21 +1,47 @@
 /* Migrate-on-next-touch (locus_next_touch): the pages of a range move to the
  * node of the next thread that touches them, the Auto-Next-Touch of ALMOS
- * (Almaless, PhD thesis, 2014, §4.4.3) in user space. Linux has no lazy
+ * (G. Almaless, PhD thesis, 2014, §4.4.3) in user space. Linux has no lazy
  * migrate-on-fault for user space (MPOL_MF_LAZY is refused), so: the range
  * is made inaccessible; the first access to it faults; the fault handler
  * moves a *group* of pages around the address to the faulting thread's node
- * with one batched move_pages call, makes the group accessible again, and the
- * access is retried. A range is split into at most 64 groups: one fault per
- * group, not per page, and one VMA split per group at most (a per-page
- * mprotect would shatter the range into thousands of VMAs).
+ * with batched move_pages calls, makes the group accessible again, and the
+ * access is retried. A range is split into at most NT_GROUPS groups: one
+ * fault per group, not per page, and few VMA splits (a per-page mprotect
+ * would shatter the range into thousands of VMAs).
+ *
+ * The protocol (docs/design.md, "Next touch", says why it is correct):
+ *
+ * - A slot of the table holds one range. Its two state words, `claim` and
+ *   `done`, carry the slot's generation in their high 32 bits and one bit
+ *   per group in the low 32. An odd generation is a live slot, an even one a
+ *   free slot. start/end/group are written only while the slot is free and
+ *   read by handlers as a seqlock: generation, fields, generation again.
+ * - Slots change generation (are published or freed) only under nt_lock,
+ *   never in the handler. A slot is freed only when every group is done.
+ * - A handler owns a group after a compare-and-swap that sets its `claim`
+ *   bit *in the generation it read the fields in*: a slot freed and reused in
+ *   between makes the CAS fail, so no handler acts on a reused slot's fields.
+ *   The owner moves the pages, makes them accessible, bumps nt_epoch, then
+ *   sets the `done` bit. Other faulting threads find the claim bit and retry
+ *   their access (after a yield when the group is not done yet).
+ * - Invariant: a page locus made inaccessible is covered by a live slot whose
+ *   group for it is not done. Pages are protected after the slot is
+ *   published and made accessible before the group is marked done (and so
+ *   before the slot can be freed).
+ * - A fault (access error) at an address in no live slot may be ours all the
+ *   same: its slot was finished and freed after the fault and before the
+ *   handler read the table. The page is then accessible, and nt_epoch moved
+ *   past the value it had at the fault. The handler retries such a fault once
+ *   per epoch value (a per-thread record of page and epoch): the same thread
+ *   faulting on the same page with the same epoch is not ours.
  *
  * Ranges lie inside one large block. A block freed or resized while ranges
- * are pending gets them cancelled first (made accessible, no migration).
+ * are pending gets them cancelled first (made accessible, no migration),
+ * after waiting for handlers that own one of its groups.
  *
- * The handler is async-signal-safe: it reads the range table with atomics,
- * claims a group with one atomic OR (two threads touching the same group:
- * the second retries its access until the first is done), and makes only
- * system calls. Faults outside every range go to the program's own handler. */
+ * The handler is async-signal-safe: atomics and system calls only, no lock,
+ * a frame of about 500 bytes (it must fit a 16 KiB alternate signal stack
+ * with the kernel's own signal frame). */
 #include <errno.h>
 
 #include "numa/next_touch.h"
@@ -26,100 +52,263 @@
 #include "util/lock.h"
 
 #define NT_SLOTS 256
-#define NT_GROUPS 64
-#define NT_BATCH 128                   /* pages per move_pages call */
+#define NT_GROUPS 32                   /* one bit each in the low half of a state word */
+#define NT_BATCH 32                    /* pages per move_pages call: 512 bytes of handler frame */
+#define NT_BITS 0xffffffffull
 
 typedef struct {
-  _Atomic uintptr_t start;             /* 0: free slot; written last when a range is published */
-  uintptr_t end;
-  size_t group;                        /* bytes per group, a page multiple */
-  _Atomic uint64_t claimed, done;      /* per group: being handled, accessible again */
-  region_t *owner;
-} nt_range_t;
+  _Atomic uint64_t claim;              /* generation << 32 | groups claimed (being handled or handled) */
+  _Atomic uint64_t done;               /* generation << 32 | groups accessible again */
+  _Atomic uintptr_t start, end;        /* written only while the generation is even (free) */
+  _Atomic size_t group;                /* bytes per group, a page multiple */
+  region_t *owner;                     /* under nt_lock only */
+} nt_slot_t;
 
-static nt_range_t ranges[NT_SLOTS];
-static lock_t nt_lock;                 /* serialises publishing and cancelling, never the handler */
+static nt_slot_t slots[NT_SLOTS];
+/* Serialises publishing, freeing and cancelling; never taken by the handler.
+ * A lock of the library (lock_t): the fork handler must know it. */
+static lock_t nt_lock;
 static atomic_size_t nt_moved, nt_faults;
+/* Bumped each time locus makes a protected group accessible, before the
+ * group is marked done: a handler that finds no slot for a fault compares it
+ * with the value it saw at the thread's previous such fault. */
+static _Atomic uint64_t nt_epoch;
+/* Test hook: run the engine even when the kernel has no NUMA support. */
+static atomic_bool nt_forced;
 
-static inline uint64_t all_groups(size_t n) { return n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1; }
+typedef struct { uintptr_t page; uint64_t epoch; } nt_retry_t;
+static LOCUS_TLS nt_retry_t nt_last_retry;
 
-/* Moves [a, b) to node in batches, then makes it accessible. */
+static inline uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
+static inline bool gen_live(uint32_t g) { return g & 1; }
+static inline uint64_t all_groups(size_t n) { return n >= 32 ? NT_BITS : ((uint64_t)1 << n) - 1; }
+
+/* Moves [a, b) to node in batches (node < 0: no move). */
 static void migrate_group(uintptr_t a, uintptr_t b, int node) {
   size_t page = os_page_size();
   void *pages[NT_BATCH];
   int nodes[NT_BATCH], status[NT_BATCH];
-  if (node >= 0) {
-    size_t n = 0;
-    for (uintptr_t x = a; x < b; x += page) {
-      pages[n] = (void *)x;
-      nodes[n] = node;
-      if (++n == NT_BATCH || x + page >= b) {
-        os_move_pages(pages, n, nodes, status);   /* pages never touched report -ENOENT: nothing to move */
+  if (node < 0 || !os_features.numa) return;
+  size_t n = 0;
+  for (uintptr_t x = a; x < b; x += page) {
+    pages[n] = (void *)x;
+    nodes[n] = node;
+    if (++n == NT_BATCH || x + page >= b) {
+      if (os_move_pages(pages, n, nodes, status))   /* pages never touched: -ENOENT, nothing to move */
         for (size_t i = 0; i < n; i++) nt_moved += status[i] == node;
-        n = 0;
+      n = 0;
+    }
+  }
+}
+
+/* Makes [a, b) accessible again; the caller then marks the group done. A
+ * failure (mprotect only fails for lack of kernel VMAs here) would leave a
+ * page that faults forever: stop with a message instead. */
+static void unprotect(uintptr_t a, uintptr_t b) {
+  if (!os_protect((void *)a, b - a, true))
+    locus_fatal("next touch: cannot make %p-%p accessible again (mprotect failed: vm.max_map_count?)",
+                (void *)a, (void *)b);
+  atomic_fetch_add(&nt_epoch, 1);
+}
+
+typedef enum { NT_MISS, NT_BUSY, NT_DONE, NT_OWN } nt_claim_t;
+typedef struct { uintptr_t a, b; uint64_t bit; } nt_group_t;
+
+/* Reads slot r as a seqlock and, when x lies in its range, claims x's group.
+ * NT_OWN: the caller owns group *g (bounds and bit filled) and must finish
+ * it (finish_group). NT_BUSY: another thread owns it. NT_DONE: it is
+ * accessible again. NT_MISS: r is free or its range does not hold x. */
+static nt_claim_t claim_in(nt_slot_t *r, uintptr_t x, nt_group_t *g) {
+  for (;;) {
+    uint64_t w = atomic_load_explicit(&r->claim, memory_order_acquire);
+    uint32_t gen = gen_of(w);
+    if (!gen_live(gen)) return NT_MISS;
+    uintptr_t s = atomic_load_explicit(&r->start, memory_order_relaxed);
+    uintptr_t e = atomic_load_explicit(&r->end, memory_order_relaxed);
+    size_t size = atomic_load_explicit(&r->group, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (gen_of(atomic_load_explicit(&r->claim, memory_order_relaxed)) != gen) continue;   /* rewritten */
+    if (x < s || x >= e) return NT_MISS;
+    LOCUS_ASSERT(size && (e - s + size - 1) / size <= NT_GROUPS);
+    size_t k = (x - s) / size;
+    g->bit = (uint64_t)1 << k;
+    g->a = s + k * size;
+    g->b = g->a + size < e ? g->a + size : e;
+    for (;;) {
+      if (gen_of(w) != gen) break;                          /* freed (and maybe reused): read again */
+      if (w & g->bit) {
+        uint64_t d = atomic_load_explicit(&r->done, memory_order_acquire);
+        if (gen_of(d) != gen) break;
+        return d & g->bit ? NT_DONE : NT_BUSY;
       }
+      if (atomic_compare_exchange_weak_explicit(&r->claim, &w, w | g->bit, memory_order_acq_rel,
+                                                memory_order_acquire))
+        return NT_OWN;
     }
   }
-  os_protect((void *)a, b - a, true);
 }
 
-static bool nt_fault(void *addr) {
+/* The owner of a group: move it, make it accessible, then mark it done (in
+ * that order: a done group is accessible, and only a slot whose groups are
+ * all done is freed). */
+static void finish_group(nt_slot_t *r, const nt_group_t *g, int node) {
+  migrate_group(g->a, g->b, node);
+  unprotect(g->a, g->b);
+  LOCUS_DEBUG_ONLY(uint64_t d =) atomic_fetch_or_explicit(&r->done, g->bit, memory_order_release);
+  LOCUS_ASSERT(gen_live(gen_of(d)) && !(d & g->bit));
+}
+
+/* A fault that may be ours although no pending group holds it now: its
+ * group was made accessible (or its slot freed) after the fault. Then
+ * nt_epoch moved past its value at the fault, which is at least the value
+ * recorded at this thread's previous retry: retry. The same page faulting
+ * again with the epoch unchanged is not ours (a program's own protection of
+ * a page locus once handled). */
+static bool retry_once(uintptr_t x) {
+  uint64_t epoch = atomic_load(&nt_epoch);
+  uintptr_t page = x & ~(uintptr_t)(os_page_size() - 1);
+  nt_retry_t *last = &nt_last_retry;
+  if (last->page == page && last->epoch == epoch) {
+    last->page = 0;
+    return false;
+  }
+  last->page = page;
+  last->epoch = epoch;
+  return true;
+}
+
+static bool nt_fault(void *addr, bool access_error) {
   uintptr_t x = (uintptr_t)addr;
+  if (!access_error) return false;     /* PROT_NONE pages give access errors only */
   for (int i = 0; i < NT_SLOTS; i++) {
-    nt_range_t *r = &ranges[i];
-    uintptr_t s = atomic_load_explicit(&r->start, memory_order_acquire);
-    if (!s || x < s || x >= r->end) continue;
-    size_t g = (x - s) / r->group;
-    uint64_t bit = (uint64_t)1 << g;
-    if (atomic_load(&r->done) & bit) return true;          /* just made accessible: retry */
-    if (atomic_fetch_or(&r->claimed, bit) & bit) {          /* another thread moves it now */
-      os_yield();
+    nt_group_t g;
+    switch (claim_in(&slots[i], x, &g)) {
+    case NT_MISS:
+      continue;
+    case NT_OWN:
+      nt_faults++;
+      finish_group(&slots[i], &g, os_current_node());
       return true;
+    case NT_BUSY:
+      os_yield();                      /* its owner is moving it: retry the access after */
+      return true;
+    case NT_DONE:
+      return retry_once(x);            /* accessible again since the fault, or not ours */
     }
-    nt_faults++;
-    uintptr_t a = s + g * r->group, b = a + r->group < r->end ? a + r->group : r->end;
-    migrate_group(a, b, os_current_node());
-    uint64_t done = atomic_fetch_or(&r->done, bit) | bit;
-    if (done == ~(uint64_t)0) atomic_store(&r->start, 0);  /* every group handled: slot free */
-    return true;
   }
-  return false;
+  return retry_once(x);                /* in no live range: finished and freed since the fault? */
 }
 
-int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
+/* Debug build: the slot invariants, nt_lock held. Live slots whose range is
+ * not finished are pairwise disjoint and overlap no other live slot; every
+ * slot's done bits are among its claimed bits, in the same generation. */
+static void nt_validate(void) {
+#ifdef LOCUS_DEBUG
+  for (int i = 0; i < NT_SLOTS; i++) {
+    nt_slot_t *r = &slots[i];
+    uint64_t c = atomic_load(&r->claim), d = atomic_load(&r->done);
+    LOCUS_ASSERT(gen_of(c) == gen_of(d));
+    LOCUS_ASSERT((d & ~c & NT_BITS) == 0);
+    if (!gen_live(gen_of(c))) continue;
+    uintptr_t s = atomic_load(&r->start), e = atomic_load(&r->end);
+    LOCUS_ASSERT(s < e && r->owner);
+    bool finished = (d & NT_BITS) == NT_BITS;
+    for (int j = 0; j < NT_SLOTS; j++) {
+      nt_slot_t *q = &slots[j];
+      if (j == i || !gen_live(gen_of(atomic_load(&q->claim)))) continue;
+      LOCUS_ASSERT(finished || atomic_load(&q->end) <= s || atomic_load(&q->start) >= e);
+    }
+  }
+#endif
+}
+
+/* Frees a live slot whose groups are all done (nt_lock held): the next
+ * generation, even, with every bit set so that no claim succeeds. */
+static void slot_free(nt_slot_t *r) {
+  uint64_t w = atomic_load(&r->claim);
+  LOCUS_ASSERT(gen_live(gen_of(w)) && (atomic_load(&r->done) & NT_BITS) == NT_BITS);
+  uint64_t next = (uint64_t)(uint32_t)(gen_of(w) + 1) << 32 | NT_BITS;
+  atomic_store(&r->claim, next);
+  atomic_store(&r->done, next);
+  atomic_thread_fence(memory_order_release);   /* seqlock: the fields change after this */
+  r->owner = NULL;
+}
+
+/* Claims every group of live slot r not claimed yet (nt_lock held), makes
+ * them accessible where they are and marks them done, then waits for the
+ * handlers that own the other groups. Afterwards the slot may be freed. */
+static void slot_cancel(nt_slot_t *r) {
+  uint64_t w = atomic_load(&r->claim);
+  uint64_t mine = ~w & NT_BITS;
+  while (!atomic_compare_exchange_weak(&r->claim, &w, w | NT_BITS)) mine = ~w & NT_BITS;
+  uintptr_t s = atomic_load(&r->start), e = atomic_load(&r->end);
+  size_t size = atomic_load(&r->group);
+  for (size_t k = 0; k < NT_GROUPS; k++) {
+    if (!(mine >> k & 1)) continue;
+    uintptr_t a = s + k * size, b = a + size < e ? a + size : e;
+    if (a < e) unprotect(a, b);
+  }
+  atomic_fetch_or(&r->done, mine);
+  while ((atomic_load(&r->done) & NT_BITS) != NT_BITS) os_yield();   /* handlers finishing their groups */
+}
+
+static bool slot_finished(nt_slot_t *r) { return (atomic_load(&r->done) & NT_BITS) == NT_BITS; }
+
+static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
   if (!os_fault_handler_install(nt_fault)) return -1;
   size_t page = os_page_size();
   size_t pages = (b - a) / page;
   size_t per = (pages + NT_GROUPS - 1) / NT_GROUPS;
   size_t groups = (pages + per - 1) / per;
   lock_acquire(&nt_lock);
-  nt_range_t *slot = NULL;
+  nt_validate();
+  nt_slot_t *slot = NULL, *finished = NULL;
   for (int i = 0; i < NT_SLOTS; i++) {
-    nt_range_t *r = &ranges[i];
-    uintptr_t s = atomic_load(&r->start);
-    if (!s) {
+    nt_slot_t *r = &slots[i];
+    if (!gen_live(gen_of(atomic_load(&r->claim)))) {
       if (!slot) slot = r;
-    } else if (a < r->end && s < b) {
+      continue;
+    }
+    bool overlaps = a < atomic_load(&r->end) && atomic_load(&r->start) < b;
+    if (slot_finished(r)) {
+      /* Finished slots stay until needed (a late handler then finds its
+       * group done); one overlapping the new range goes now. */
+      if (overlaps) slot_free(r);
+      if (!slot && !finished) finished = r;
+      if (overlaps && !slot) slot = r;
+    } else if (overlaps) {
+      nt_validate();
       lock_release(&nt_lock);
       errno = EBUSY;                   /* overlaps a range not yet touched */
       return -1;
     }
+  }
+  if (!slot && finished) {
+    slot_free(finished);
+    slot = finished;
   }
   if (!slot) {
     lock_release(&nt_lock);
     errno = EAGAIN;                    /* too many ranges pending */
     return -1;
   }
-  slot->end = b;
-  slot->group = per * page;
+  uint64_t w = atomic_load(&slot->claim);
+  LOCUS_ASSERT(!gen_live(gen_of(w)));
+  atomic_store_explicit(&slot->start, a, memory_order_relaxed);
+  atomic_store_explicit(&slot->end, b, memory_order_relaxed);
+  atomic_store_explicit(&slot->group, per * page, memory_order_relaxed);
   slot->owner = owner;
-  atomic_store(&slot->claimed, ~all_groups(groups));
-  atomic_store(&slot->done, ~all_groups(groups));
+  uint64_t live = (uint64_t)(uint32_t)(gen_of(w) + 1) << 32 | (~all_groups(groups) & NT_BITS);
+  atomic_store_explicit(&slot->done, live, memory_order_relaxed);
+  atomic_store_explicit(&slot->claim, live, memory_order_release);   /* published before protected */
   /* Set now: the header may be inaccessible when the handler runs. */
   owner->flags |= REGION_NEXT_TOUCH | REGION_MISPLACED;
-  atomic_store_explicit(&slot->start, a, memory_order_release);   /* published before protected */
   bool ok = os_protect((void *)a, b - a, false);
-  if (!ok) atomic_store(&slot->start, 0);
+  if (!ok) {                           /* maybe partly applied: undo, then free the slot */
+    slot_cancel(slot);
+    slot_free(slot);
+  }
+  nt_validate();
   lock_release(&nt_lock);
   if (!ok) errno = ENOMEM;             /* mprotect fails only for lack of VMAs */
   return ok ? 0 : -1;
@@ -128,25 +317,48 @@ int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
 void next_touch_cancel(region_t *owner) {
   lock_acquire(&nt_lock);
   for (int i = 0; i < NT_SLOTS; i++) {
-    nt_range_t *r = &ranges[i];
-    uintptr_t s = atomic_load(&r->start);
-    if (!s || r->owner != owner) continue;
-    uint64_t mine = ~atomic_fetch_or(&r->claimed, ~(uint64_t)0);
-    for (size_t g = 0; g < NT_GROUPS; g++) {
-      if (!(mine >> g & 1)) continue;
-      uintptr_t a = s + g * r->group, b = a + r->group < r->end ? a + r->group : r->end;
-      os_protect((void *)a, b - a, true);
-    }
-    atomic_fetch_or(&r->done, mine);
-    while (atomic_load(&r->done) != ~(uint64_t)0) os_yield();   /* handlers finishing their groups */
-    atomic_store(&r->start, 0);
+    nt_slot_t *r = &slots[i];
+    if (!gen_live(gen_of(atomic_load(&r->claim))) || r->owner != owner) continue;
+    slot_cancel(r);
+    slot_free(r);
   }
   owner->flags &= (uint8_t)~REGION_NEXT_TOUCH;
+  nt_validate();
   lock_release(&nt_lock);
+}
+
+/* Resolves every pending group that meets [a, b): the caller migrates the
+ * unclaimed ones to its node, and waits for those another thread owns. */
+static void resolve(uintptr_t a, uintptr_t b) {
+  int node = os_current_node();
+  for (int i = 0; i < NT_SLOTS; i++) {
+    nt_slot_t *r = &slots[i];
+    for (;;) {
+      uint64_t w = atomic_load_explicit(&r->claim, memory_order_acquire);
+      if (!gen_live(gen_of(w))) break;
+      uintptr_t s = atomic_load_explicit(&r->start, memory_order_relaxed);
+      uintptr_t e = atomic_load_explicit(&r->end, memory_order_relaxed);
+      size_t size = atomic_load_explicit(&r->group, memory_order_relaxed);
+      atomic_thread_fence(memory_order_acquire);
+      if (gen_of(atomic_load_explicit(&r->claim, memory_order_relaxed)) != gen_of(w)) continue;
+      if (b <= s || a >= e) break;
+      bool pending = false;
+      for (uintptr_t x = a > s ? s + (a - s) / size * size : s; x < e && x < b; x += size) {
+        nt_group_t g;
+        nt_claim_t c = claim_in(r, x, &g);
+        if (c == NT_OWN) finish_group(r, &g, node);
+        else if (c == NT_BUSY) pending = true;
+        else if (c == NT_MISS) break;  /* slot freed meanwhile: its pages were made accessible */
+      }
+      if (!pending) break;
+      os_yield();                      /* other threads own groups here: wait until they are done */
+    }
+  }
 }
 
 size_t next_touch_moved_pages(void) { return nt_moved; }
 size_t next_touch_faults(void) { return nt_faults; }
+void next_touch_force(bool on) { atomic_store(&nt_forced, on); }
 
 LOCUS_EXPORT int locus_next_touch(void *p, size_t len) {
   locus_init();
@@ -165,6 +377,17 @@ LOCUS_EXPORT int locus_next_touch(void *p, size_t len) {
   size_t page = os_page_size();
   a &= ~(uintptr_t)(page - 1);         /* whole pages: they belong to this block only */
   b = align_up(b, page);
-  if (!os_features.numa) return 0;     /* a kernel without NUMA: pages have nowhere to go */
+  /* A kernel without NUMA: pages have nowhere to go. */
+  if (!os_features.numa && !atomic_load(&nt_forced)) return 0;
   return next_touch_mark(r, a, b);
+}
+
+LOCUS_EXPORT int locus_next_touch_resolve(void *p, size_t len) {
+  uintptr_t a = (uintptr_t)p, b;
+  if ((!p && len) || __builtin_add_overflow(a, len, &b)) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (len) resolve(a, b);
+  return 0;
 }

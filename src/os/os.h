@@ -85,11 +85,19 @@ int os_current_node(void);
 
 /* ---- protection and faults (next-touch) ----------------------------------- */
 bool os_protect(void *p, size_t size, bool accessible);
-/* Installs, once, a SIGSEGV handler that asks `ours` about each fault; a
- * fault it does not claim goes to the handler the program had installed
- * before (or to the default action). Async-signal-safe `ours` only. */
-typedef bool (*os_fault_fn)(void *addr);
+/* Installs a SIGSEGV handler that asks `ours` about each fault (the address,
+ * and whether it is an access error, SEGV_ACCERR): true means handled, the
+ * access is retried; a fault it does not claim goes to the program's own
+ * disposition (the one installed before, or set later with sigaction or
+ * signal, which are interposed while the handler is installed), with that
+ * disposition's semantics. Called again, it re-arms the handler if the
+ * program replaced it behind locus's back (and says so on stderr).
+ * Async-signal-safe `ours` only; its frame must fit a small alternate
+ * signal stack. */
+typedef bool (*os_fault_fn)(void *addr, bool access_error);
 bool os_fault_handler_install(os_fault_fn ours);
+/* Whether SIGSEGV's disposition is locus's handler now (tests). */
+bool os_fault_handler_armed(void);
 
 /* ---- processes, threads, files ------------------------------------------ */
 uint64_t os_random(void);
