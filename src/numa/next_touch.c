@@ -75,6 +75,10 @@ static atomic_size_t nt_moved, nt_faults;
 static _Atomic uint64_t nt_epoch;
 /* Test hook: run the engine even when the kernel has no NUMA support. */
 static atomic_bool nt_forced;
+/* More than one node to move to (set at each mark): with one, the handler
+ * skips move_pages, which costs even when nothing moves (it drains the
+ * per-CPU page lists of every CPU). */
+static atomic_bool nt_can_move;
 
 typedef struct { uintptr_t page; uint64_t epoch; } nt_retry_t;
 static LOCUS_TLS nt_retry_t nt_last_retry;
@@ -88,7 +92,7 @@ static void migrate_group(uintptr_t a, uintptr_t b, int node) {
   size_t page = os_page_size();
   void *pages[NT_BATCH];
   int nodes[NT_BATCH], status[NT_BATCH];
-  if (node < 0 || !os_features.numa) return;
+  if (node < 0 || !os_features.numa || !atomic_load_explicit(&nt_can_move, memory_order_relaxed)) return;
   size_t n = 0;
   for (uintptr_t x = a; x < b; x += page) {
     pages[n] = (void *)x;
@@ -256,6 +260,7 @@ static bool slot_finished(nt_slot_t *r) { return (atomic_load(&r->done) & NT_BIT
 
 static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
   if (!os_fault_handler_install(nt_fault)) return -1;
+  atomic_store_explicit(&nt_can_move, topology_allowed_count() > 1, memory_order_relaxed);
   size_t page = os_page_size();
   size_t pages = (b - a) / page;
   size_t per = (pages + NT_GROUPS - 1) / NT_GROUPS;
