@@ -43,6 +43,8 @@
  * a frame of about 500 bytes (it must fit a 16 KiB alternate signal stack
  * with the kernel's own signal frame). */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include "numa/next_touch.h"
 
@@ -50,6 +52,7 @@
 #include "numa/topology.h"
 #include "os/os.h"
 #include "util/lock.h"
+#include "util/options.h"
 
 #define NT_SLOTS 256
 #define NT_GROUPS 32                   /* one bit each in the low half of a state word */
@@ -61,6 +64,7 @@ typedef struct {
   _Atomic uint64_t done;               /* generation << 32 | groups accessible again */
   _Atomic uintptr_t start, end;        /* written only while the generation is even (free) */
   _Atomic size_t group;                /* bytes per group, a page multiple */
+  _Atomic uintptr_t stash;             /* userfaultfd engine: where the pages wait; 0: protection engine */
   region_t *owner;                     /* under nt_lock only */
 } nt_slot_t;
 
@@ -116,13 +120,18 @@ static void unprotect(uintptr_t a, uintptr_t b) {
 }
 
 typedef enum { NT_MISS, NT_BUSY, NT_DONE, NT_OWN } nt_claim_t;
-typedef struct { uintptr_t a, b; uint64_t bit; } nt_group_t;
+typedef struct { uintptr_t a, b, stash; uint64_t bit; } nt_group_t;
+
+/* ---- the userfaultfd engine's state --------------------------------------- */
+static int uffd = -1;                  /* set once under nt_lock, before any uffd slot is published */
+static bool uffd_tid;                  /* fault messages carry the faulting thread's id */
+static atomic_int engine;              /* 0: not decided yet, 1: userfaultfd, 2: protection only */
 
 /* Reads slot r as a seqlock and, when x lies in its range, claims x's group.
  * NT_OWN: the caller owns group *g (bounds and bit filled) and must finish
  * it (finish_group). NT_BUSY: another thread owns it. NT_DONE: it is
  * accessible again. NT_MISS: r is free or its range does not hold x. */
-static nt_claim_t claim_in(nt_slot_t *r, uintptr_t x, nt_group_t *g) {
+static nt_claim_t claim_in(nt_slot_t *r, uintptr_t x, nt_group_t *g, bool want_uffd) {
   for (;;) {
     uint64_t w = atomic_load_explicit(&r->claim, memory_order_acquire);
     uint32_t gen = gen_of(w);
@@ -130,14 +139,16 @@ static nt_claim_t claim_in(nt_slot_t *r, uintptr_t x, nt_group_t *g) {
     uintptr_t s = atomic_load_explicit(&r->start, memory_order_relaxed);
     uintptr_t e = atomic_load_explicit(&r->end, memory_order_relaxed);
     size_t size = atomic_load_explicit(&r->group, memory_order_relaxed);
+    uintptr_t stash = atomic_load_explicit(&r->stash, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
     if (gen_of(atomic_load_explicit(&r->claim, memory_order_relaxed)) != gen) continue;   /* rewritten */
-    if (x < s || x >= e) return NT_MISS;
+    if (x < s || x >= e || (stash != 0) != want_uffd) return NT_MISS;
     LOCUS_ASSERT(size && (e - s + size - 1) / size <= NT_GROUPS);
     size_t k = (x - s) / size;
     g->bit = (uint64_t)1 << k;
     g->a = s + k * size;
     g->b = g->a + size < e ? g->a + size : e;
+    g->stash = stash ? stash + (g->a - s) : 0;
     for (;;) {
       if (gen_of(w) != gen) break;                          /* freed (and maybe reused): read again */
       if (w & g->bit) {
@@ -152,12 +163,38 @@ static nt_claim_t claim_in(nt_slot_t *r, uintptr_t x, nt_group_t *g) {
   }
 }
 
+/* The userfaultfd engine's owner of a group: the group's pages wait in the
+ * stash; move them to the node, then back into the range (page tables, no
+ * copy; a page the kernel will not move, shared with a fork child, is
+ * copied), stop watching the group (which wakes every thread waiting on
+ * it), and drop the stash's part. Never touches the range itself. */
+static void uffd_finish(const nt_group_t *g, int node) {
+  size_t page = os_page_size(), len = g->b - g->a, off = 0;
+  migrate_group(g->stash, g->stash + len, node);
+  while (off < len) {
+    long m = os_uffd_move(uffd, (void *)(g->a + off), (void *)(g->stash + off), len - off);
+    if (m > 0) off += (size_t)m;
+    else if (m != -EAGAIN) break;
+  }
+  for (off = off / page * page; off < len; off += page)   /* what UFFDIO_MOVE refused */
+    if (!os_uffd_copy(uffd, (void *)(g->a + off), (void *)(g->stash + off), page))
+      locus_fatal("next touch: cannot put back the page at %p (userfaultfd: errno %d)", (void *)(g->a + off), errno);
+  if (!os_uffd_unregister(uffd, (void *)g->a, len))      /* holes then get zero pages from the thread */
+    locus_warn("next touch: cannot unregister %p-%p from userfaultfd (errno %d)", (void *)g->a, (void *)g->b, errno);
+  os_release((void *)g->stash, len);
+  atomic_fetch_add(&nt_epoch, 1);
+}
+
 /* The owner of a group: move it, make it accessible, then mark it done (in
  * that order: a done group is accessible, and only a slot whose groups are
  * all done is freed). */
 static void finish_group(nt_slot_t *r, const nt_group_t *g, int node) {
-  migrate_group(g->a, g->b, node);
-  unprotect(g->a, g->b);
+  if (g->stash) {
+    uffd_finish(g, node);
+  } else {
+    migrate_group(g->a, g->b, node);
+    unprotect(g->a, g->b);
+  }
   LOCUS_DEBUG_ONLY(uint64_t d =) atomic_fetch_or_explicit(&r->done, g->bit, memory_order_release);
   LOCUS_ASSERT(gen_live(gen_of(d)) && !(d & g->bit));
 }
@@ -186,7 +223,7 @@ static bool nt_fault(void *addr, bool access_error) {
   if (!access_error) return false;     /* PROT_NONE pages give access errors only */
   for (int i = 0; i < NT_SLOTS; i++) {
     nt_group_t g;
-    switch (claim_in(&slots[i], x, &g)) {
+    switch (claim_in(&slots[i], x, &g, false)) {
     case NT_MISS:
       continue;
     case NT_OWN:
@@ -235,6 +272,7 @@ static void slot_free(nt_slot_t *r) {
   atomic_store(&r->claim, next);
   atomic_store(&r->done, next);
   atomic_thread_fence(memory_order_release);   /* seqlock: the fields change after this */
+  atomic_store_explicit(&r->stash, 0, memory_order_relaxed);
   r->owner = NULL;
 }
 
@@ -247,10 +285,13 @@ static void slot_cancel(nt_slot_t *r) {
   while (!atomic_compare_exchange_weak(&r->claim, &w, w | NT_BITS)) mine = ~w & NT_BITS;
   uintptr_t s = atomic_load(&r->start), e = atomic_load(&r->end);
   size_t size = atomic_load(&r->group);
+  uintptr_t stash = atomic_load(&r->stash);
   for (size_t k = 0; k < NT_GROUPS; k++) {
     if (!(mine >> k & 1)) continue;
     uintptr_t a = s + k * size, b = a + size < e ? a + size : e;
-    if (a < e) unprotect(a, b);
+    if (a >= e) continue;
+    if (stash) uffd_finish(&(nt_group_t){a, b, stash + (a - s), 0}, -1);
+    else unprotect(a, b);
   }
   atomic_fetch_or(&r->done, mine);
   while ((atomic_load(&r->done) & NT_BITS) != NT_BITS) os_yield();   /* handlers finishing their groups */
@@ -258,14 +299,121 @@ static void slot_cancel(nt_slot_t *r) {
 
 static bool slot_finished(nt_slot_t *r) { return (atomic_load(&r->done) & NT_BITS) == NT_BITS; }
 
+/* ---- the userfaultfd engine ------------------------------------------------ */
+/* The thread that serves the faults of the userfaultfd ranges: it claims the
+ * group like the SIGSEGV handler does and finishes it towards the faulting
+ * thread's node. A group another thread owns (a resolve, a cancel, the mark
+ * that is still moving the pages aside) is waited for: its owner's
+ * unregistering wakes the faulting thread. A fault in no pending group (a
+ * hole after its group came back, before it was unregistered) gets a zero
+ * page, or a wake-up. */
+static void uffd_serve(uintptr_t x, long tid) {
+  size_t page = os_page_size();
+  for (int i = 0; i < NT_SLOTS; i++) {
+    nt_group_t g;
+    nt_claim_t c;
+    while ((c = claim_in(&slots[i], x, &g, true)) == NT_BUSY) os_yield();
+    if (c == NT_MISS) continue;
+    if (c == NT_OWN) {
+      int node = -1;
+      if (atomic_load_explicit(&nt_can_move, memory_order_relaxed)) {
+        int cpu = uffd_tid && tid > 0 ? os_tid_cpu(tid) : -1;
+        node = cpu >= 0 ? topology_cpu_node(cpu) : os_current_node();
+      }
+      nt_faults++;
+      finish_group(&slots[i], &g, node);
+      return;
+    }
+    break;                             /* NT_DONE */
+  }
+  os_uffd_zero_wake(uffd, (void *)(x & ~(uintptr_t)(page - 1)), page);
+}
+
+static void *uffd_thread(void *arg) {
+  (void)arg;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);   /* the program's signals go to its own threads */
+  os_uffd_fault_t ev[16];
+  for (;;) {
+    int n = os_uffd_read(uffd, ev, 16);
+    if (n < 0 && errno != EINTR && errno != EAGAIN) {
+      locus_warn("next touch: reading the userfaultfd failed (errno %d): threads touching pending ranges will wait", errno);
+      return NULL;
+    }
+    for (int i = 0; i < n; i++) uffd_serve(ev[i].addr, ev[i].tid);
+  }
+}
+
+/* fork: the child inherits neither the registrations nor the thread, so the
+ * pages of pending userfaultfd groups come back first (where they are), and
+ * nt_lock stays held across the fork so that no range is marked meanwhile.
+ * The child opens its own userfaultfd at its first mark. */
+static void nt_fork_prepare(void) {
+  lock_acquire(&nt_lock);
+  for (int i = 0; i < NT_SLOTS; i++) {
+    nt_slot_t *r = &slots[i];
+    if (!gen_live(gen_of(atomic_load(&r->claim))) || !atomic_load(&r->stash)) continue;
+    slot_cancel(r);
+    slot_free(r);
+  }
+}
+static void nt_fork_parent(void) { lock_release(&nt_lock); }
+static void nt_fork_child(void) {
+  if (uffd >= 0) os_close(uffd);
+  uffd = -1;
+  atomic_store(&engine, 0);
+  lock_release(&nt_lock);
+}
+
+/* Decides the engine once (nt_lock held): userfaultfd when LOCUS_NEXT_TOUCH
+ * allows it and the process may use it (its descriptor handles kernel faults
+ * too), else page protection. */
+static bool engine_uffd(void) {
+  int e = atomic_load(&engine);
+  if (e) return e == 1;
+  next_touch_opt_t opt = atomic_load(&locus_opt.next_touch);
+  if (opt != NT_OPT_PROTECT) {
+    int fd = os_uffd_open(&uffd_tid);
+    int err = errno;
+    pthread_t t;
+    pthread_attr_t attr;
+    if (fd >= 0) {
+      uffd = fd;
+      pthread_attr_init(&attr);
+      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      pthread_attr_setstacksize(&attr, 64 * 1024);
+      err = pthread_create(&t, &attr, uffd_thread, NULL);
+      pthread_attr_destroy(&attr);
+      if (!err) {
+        static bool atfork;
+        if (!atfork) atfork = pthread_atfork(nt_fork_prepare, nt_fork_parent, nt_fork_child) == 0;
+        atomic_store(&engine, 1);
+        return true;
+      }
+      os_close(fd);
+      uffd = -1;
+    }
+    if (opt == NT_OPT_UFFD)
+      locus_warn("LOCUS_NEXT_TOUCH=uffd: userfaultfd cannot be used here (errno %d); next touch uses page "
+                 "protection: system calls into pending ranges fail with EFAULT (locus_next_touch_resolve)", err);
+  }
+  atomic_store(&engine, 2);
+  return false;
+}
+
 static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
-  if (!os_fault_handler_install(nt_fault)) return -1;
   atomic_store_explicit(&nt_can_move, topology_allowed_count() > 1, memory_order_relaxed);
   size_t page = os_page_size();
   size_t pages = (b - a) / page;
   size_t per = (pages + NT_GROUPS - 1) / NT_GROUPS;
   size_t groups = (pages + per - 1) / per;
   lock_acquire(&nt_lock);
+  bool use_uffd = engine_uffd();
+  if (!use_uffd && !os_fault_handler_install(nt_fault)) {
+    lock_release(&nt_lock);
+    return -1;
+  }
   nt_validate();
   nt_slot_t *slot = NULL, *finished = NULL;
   for (int i = 0; i < NT_SLOTS; i++) {
@@ -297,21 +445,58 @@ static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
     errno = EAGAIN;                    /* too many ranges pending */
     return -1;
   }
+  /* Set first: the header may be in the range, inaccessible afterwards
+   * (and the marker must not touch the range while it owns every group). */
+  owner->flags |= REGION_NEXT_TOUCH | REGION_MISPLACED;
+  uintptr_t stash = use_uffd ? (uintptr_t)os_reserve(b - a) : 0;
+  if (use_uffd && !stash && !os_fault_handler_install(nt_fault)) {
+    lock_release(&nt_lock);
+    return -1;
+  }
   uint64_t w = atomic_load(&slot->claim);
   LOCUS_ASSERT(!gen_live(gen_of(w)));
   atomic_store_explicit(&slot->start, a, memory_order_relaxed);
   atomic_store_explicit(&slot->end, b, memory_order_relaxed);
   atomic_store_explicit(&slot->group, per * page, memory_order_relaxed);
+  atomic_store_explicit(&slot->stash, stash, memory_order_relaxed);
   slot->owner = owner;
   uint64_t live = (uint64_t)(uint32_t)(gen_of(w) + 1) << 32 | (~all_groups(groups) & NT_BITS);
   atomic_store_explicit(&slot->done, live, memory_order_relaxed);
-  atomic_store_explicit(&slot->claim, live, memory_order_release);   /* published before protected */
-  /* Set now: the header may be inaccessible when the handler runs. */
-  owner->flags |= REGION_NEXT_TOUCH | REGION_MISPLACED;
-  bool ok = os_protect((void *)a, b - a, false);
-  if (!ok) {                           /* maybe partly applied: undo, then free the slot */
-    slot_cancel(slot);
-    slot_free(slot);
+  bool ok;
+  if (stash) {
+    /* The marker owns every group while the pages move aside: a fault in
+     * that window waits for it. Then the groups become claimable. */
+    atomic_store_explicit(&slot->claim, live | NT_BITS, memory_order_release);
+    bool reg = os_uffd_register(uffd, (void *)a, b - a);
+    ok = reg && os_move_aside((void *)a, b - a, (void *)stash);
+    if (ok) {
+      atomic_store_explicit(&slot->claim, live, memory_order_release);
+    } else {                           /* nothing moved: stop watching, use protection */
+      if (reg) os_uffd_unregister(uffd, (void *)a, b - a);
+      os_release((void *)stash, b - a);
+      atomic_store(&slot->done, live | NT_BITS);
+      slot_free(slot);
+      w = atomic_load(&slot->claim);
+      live = (uint64_t)(uint32_t)(gen_of(w) + 1) << 32 | (~all_groups(groups) & NT_BITS);
+      if (!os_fault_handler_install(nt_fault)) {
+        lock_release(&nt_lock);
+        return -1;
+      }
+      stash = 0;
+      atomic_store_explicit(&slot->start, a, memory_order_relaxed);
+      atomic_store_explicit(&slot->end, b, memory_order_relaxed);
+      atomic_store_explicit(&slot->group, per * page, memory_order_relaxed);
+      slot->owner = owner;
+      atomic_store_explicit(&slot->done, live, memory_order_relaxed);
+    }
+  }
+  if (!stash) {
+    atomic_store_explicit(&slot->claim, live, memory_order_release);   /* published before protected */
+    ok = os_protect((void *)a, b - a, false);
+    if (!ok) {                         /* maybe partly applied: undo, then free the slot */
+      slot_cancel(slot);
+      slot_free(slot);
+    }
   }
   nt_validate();
   lock_release(&nt_lock);
@@ -350,7 +535,7 @@ static void resolve(uintptr_t a, uintptr_t b) {
       bool pending = false;
       for (uintptr_t x = a > s ? s + (a - s) / size * size : s; x < e && x < b; x += size) {
         nt_group_t g;
-        nt_claim_t c = claim_in(r, x, &g);
+        nt_claim_t c = claim_in(r, x, &g, atomic_load_explicit(&r->stash, memory_order_relaxed) != 0);
         if (c == NT_OWN) finish_group(r, &g, node);
         else if (c == NT_BUSY) pending = true;
         else if (c == NT_MISS) break;  /* slot freed meanwhile: its pages were made accessible */
@@ -364,6 +549,10 @@ static void resolve(uintptr_t a, uintptr_t b) {
 size_t next_touch_moved_pages(void) { return nt_moved; }
 size_t next_touch_faults(void) { return nt_faults; }
 void next_touch_force(bool on) { atomic_store(&nt_forced, on); }
+const char *next_touch_engine(void) {
+  int e = atomic_load(&engine);
+  return e == 1 ? "uffd" : e == 2 ? "protect" : "none";
+}
 
 LOCUS_EXPORT int locus_next_touch(void *p, size_t len) {
   locus_init();

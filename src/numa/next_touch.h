@@ -13,5 +13,7 @@ size_t next_touch_faults(void);
 /* Test hook: run the engine (protection, faults, protocol) even when the
  * kernel has no NUMA system calls, where it would do nothing. */
 void next_touch_force(bool on);
+/* The engine chosen at the first mark: "uffd", "protect", or "none" yet. */
+const char *next_touch_engine(void);
 
 #endif /* LOCUS_NEXT_TOUCH_H */

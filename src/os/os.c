@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -16,6 +18,7 @@
 
 #include <linux/membarrier.h>
 #include <linux/mempolicy.h>
+#include <linux/userfaultfd.h>
 
 #include "os/os.h"
 
@@ -369,6 +372,117 @@ LOCUS_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
   return sigaction(sig, &sa, &old) == 0 ? old.sa_handler : SIG_ERR;
 }
 #endif
+
+/* ---- userfaultfd (next touch's engine for ranges system calls may touch) -- */
+#ifndef UFFD_FEATURE_MOVE                /* Linux 6.8 uapi, for older installed headers */
+#define UFFD_FEATURE_MOVE (1 << 16)
+#define _UFFDIO_MOVE (0x05)
+#define UFFDIO_MOVE_MODE_DONTWAKE ((__u64)1 << 0)
+#define UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES ((__u64)1 << 1)
+struct uffdio_move {
+  __u64 dst, src, len, mode;
+  __s64 move;
+};
+#define UFFDIO_MOVE _IOWR(UFFDIO, _UFFDIO_MOVE, struct uffdio_move)
+#endif
+int os_uffd_open(bool *thread_id) {
+  struct uffdio_api api;
+  int fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+  if (fd >= 0) {
+    int u = ioctl(fd, USERFAULTFD_IOC_NEW, O_CLOEXEC);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    fd = u;
+  }
+  if (fd < 0) fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);   /* needs CAP_SYS_PTRACE, or the sysctl */
+  if (fd < 0) return -1;
+  for (int with_tid = 1; with_tid >= 0; with_tid--) {
+    memset(&api, 0, sizeof api);
+    api.api = UFFD_API;
+    api.features = UFFD_FEATURE_MOVE | (with_tid ? UFFD_FEATURE_THREAD_ID : 0);
+    if (ioctl(fd, UFFDIO_API, &api) == 0) {
+      *thread_id = with_tid;
+      return fd;
+    }
+    /* A failed handshake leaves the descriptor unusable: start again. */
+    close(fd);
+    fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+    if (fd < 0) return -1;
+  }
+  close(fd);
+  errno = ENOSYS;                        /* no UFFDIO_MOVE (Linux < 6.8) */
+  return -1;
+}
+
+bool os_uffd_register(int fd, void *p, size_t len) {
+  struct uffdio_register reg = {.range = {.start = (uintptr_t)p, .len = len}, .mode = UFFDIO_REGISTER_MODE_MISSING};
+  return ioctl(fd, UFFDIO_REGISTER, &reg) == 0;
+}
+
+bool os_uffd_unregister(int fd, void *p, size_t len) {
+  struct uffdio_range r = {.start = (uintptr_t)p, .len = len};
+  return ioctl(fd, UFFDIO_UNREGISTER, &r) == 0;
+}
+
+long os_uffd_move(int fd, void *dst, void *src, size_t len) {
+  struct uffdio_move m = {.dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = len,
+                          .mode = UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES};
+  if (ioctl(fd, UFFDIO_MOVE, &m) == 0) return (long)len;
+  return m.move > 0 ? (long)m.move : -errno;
+}
+
+bool os_uffd_copy(int fd, void *dst, void *src, size_t len) {
+  struct uffdio_copy c = {.dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = len};
+  return ioctl(fd, UFFDIO_COPY, &c) == 0 || errno == EEXIST;
+}
+
+void os_uffd_zero_wake(int fd, void *p, size_t len) {
+  struct uffdio_zeropage z = {.range = {.start = (uintptr_t)p, .len = len}};
+  if (ioctl(fd, UFFDIO_ZEROPAGE, &z) != 0) {
+    struct uffdio_range r = {.start = (uintptr_t)p, .len = len};
+    ioctl(fd, UFFDIO_WAKE, &r);          /* filled already, or not registered: wake any waiter */
+  }
+}
+
+int os_uffd_read(int fd, os_uffd_fault_t *out, int max) {
+  struct uffd_msg msg[16];
+  if (max > 16) max = 16;
+  ssize_t n = read(fd, msg, sizeof msg[0] * (size_t)max);
+  if (n < 0) return -1;
+  int k = 0;
+  for (ssize_t i = 0; i < n / (ssize_t)sizeof msg[0]; i++) {
+    if (msg[i].event != UFFD_EVENT_PAGEFAULT) continue;
+    out[k].addr = (uintptr_t)msg[i].arg.pagefault.address;
+    out[k].tid = (long)msg[i].arg.pagefault.feat.ptid;
+    k++;
+  }
+  return k;
+}
+
+void *os_reserve(size_t len) {
+  void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+bool os_move_aside(void *p, size_t len, void *dst) {
+  return mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst) == dst;
+}
+
+void os_release(void *p, size_t len) { munmap(p, len); }
+
+int os_tid_cpu(long tid) {
+  char path[64], buf[1024];
+  fmt_buf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+  if (os_read_file(path, buf, sizeof buf) <= 0) return -1;
+  char *q = strrchr(buf, ')');           /* after the command name, which may hold blanks */
+  if (!q) return -1;
+  /* Field 39 (processor); q is at the end of field 2. */
+  int field = 2;
+  for (; *q && field < 39; q++)
+    if (*q == ' ') field++;
+  return field == 39 ? atoi(q) : -1;
+}
 
 uint64_t os_random(void) {
   uint64_t r = 0;

@@ -99,6 +99,29 @@ bool os_fault_handler_install(os_fault_fn ours);
 /* Whether SIGSEGV's disposition is locus's handler now (tests). */
 bool os_fault_handler_armed(void);
 
+/* ---- userfaultfd (next touch, docs/numa.md) ------------------------------ */
+/* A userfaultfd that handles kernel faults too, with UFFDIO_MOVE (Linux 6.8):
+ * through /dev/userfaultfd (its file permissions), else the system call
+ * (CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd=1); -1 with errno when
+ * neither is allowed. *thread_id: fault messages carry the faulting tid. */
+int os_uffd_open(bool *thread_id);
+bool os_uffd_register(int fd, void *p, size_t len);      /* missing-page faults go to fd */
+bool os_uffd_unregister(int fd, void *p, size_t len);    /* wakes the faults waiting there */
+/* Moves the pages of [src, src+len) to dst (page tables, no copy; holes
+ * allowed) and wakes waiters: bytes done, or -errno when none was. */
+long os_uffd_move(int fd, void *dst, void *src, size_t len);
+bool os_uffd_copy(int fd, void *dst, void *src, size_t len);   /* EEXIST counts as done */
+void os_uffd_zero_wake(int fd, void *p, size_t len);     /* a zero page if missing; wakes */
+typedef struct { uintptr_t addr; long tid; } os_uffd_fault_t;
+/* Blocks for fault messages: the number of page faults read, -1 on error. */
+int os_uffd_read(int fd, os_uffd_fault_t *out, int max);
+void *os_reserve(size_t len);                            /* PROT_NONE address space */
+/* Moves the pages of [p, p+len) to dst (replacing what is there), leaving p
+ * mapped and empty (mremap MREMAP_DONTUNMAP). */
+bool os_move_aside(void *p, size_t len, void *dst);
+void os_release(void *p, size_t len);                    /* munmap, not counted as returned memory */
+int os_tid_cpu(long tid);                                /* the CPU a thread of this process last ran on */
+
 /* ---- processes, threads, files ------------------------------------------ */
 uint64_t os_random(void);
 long os_gettid(void);
