@@ -180,7 +180,7 @@ static void uffd_finish(const nt_group_t *g, int node) {
     if (!os_uffd_copy(uffd, (void *)(g->a + off), (void *)(g->stash + off), page))
       locus_fatal("next touch: cannot put back the page at %p (userfaultfd: errno %d)", (void *)(g->a + off), errno);
   if (!os_uffd_unregister(uffd, (void *)g->a, len))      /* holes then get zero pages from the thread */
-    locus_warn("next touch: cannot unregister %p-%p from userfaultfd (errno %d)", (void *)g->a, (void *)g->b, errno);
+    locus_warn("next touch: cannot unregister %p-%p from the userfaultfd, errno %d", (void *)g->a, (void *)g->b, errno);
   os_release((void *)g->stash, len);
   atomic_fetch_add(&nt_epoch, 1);
 }
