@@ -179,8 +179,13 @@ static void uffd_finish(const nt_group_t *g, int node) {
   for (off = off / page * page; off < len; off += page)   /* what UFFDIO_MOVE refused */
     if (!os_uffd_copy(uffd, (void *)(g->a + off), (void *)(g->stash + off), page))
       locus_fatal("next touch: cannot put back the page at %p (userfaultfd: errno %d)", (void *)(g->a + off), errno);
-  if (!os_uffd_unregister(uffd, (void *)g->a, len))      /* holes then get zero pages from the thread */
-    locus_warn("next touch: cannot unregister %p-%p from the userfaultfd, errno %d", (void *)g->a, (void *)g->b, errno);
+  /* Unregistering wakes the threads waiting in the group; afterwards its
+   * holes fault as usual (zero pages). It fails only when the kernel cannot
+   * split the mapping (vm.max_map_count): the group's faults would then wait
+   * forever, so stop with a message. */
+  if (!os_uffd_unregister(uffd, (void *)g->a, len))
+    locus_fatal("next touch: cannot unregister %p-%p from the userfaultfd, errno %d (vm.max_map_count?)",
+                (void *)g->a, (void *)g->b, errno);
   os_release((void *)g->stash, len);
   atomic_fetch_add(&nt_epoch, 1);
 }
@@ -304,9 +309,10 @@ static bool slot_finished(nt_slot_t *r) { return (atomic_load(&r->done) & NT_BIT
  * group like the SIGSEGV handler does and finishes it towards the faulting
  * thread's node. A group another thread owns (a resolve, a cancel, the mark
  * that is still moving the pages aside) is waited for: its owner's
- * unregistering wakes the faulting thread. A fault in no pending group (a
- * hole after its group came back, before it was unregistered) gets a zero
- * page, or a wake-up. */
+ * unregistering wakes the faulting thread. A fault in no pending group
+ * (its group came back and was unregistered since, which woke the thread)
+ * only gets a wake-up: never a zero page, which could land in a range
+ * marked again meanwhile, in place of a page waiting in its stash. */
 static void uffd_serve(uintptr_t x, long tid) {
   size_t page = os_page_size();
   for (int i = 0; i < NT_SLOTS; i++) {
@@ -326,7 +332,7 @@ static void uffd_serve(uintptr_t x, long tid) {
     }
     break;                             /* NT_DONE */
   }
-  os_uffd_zero_wake(uffd, (void *)(x & ~(uintptr_t)(page - 1)), page);
+  os_uffd_wake(uffd, (void *)(x & ~(uintptr_t)(page - 1)), page);
 }
 
 static void *uffd_thread(void *arg) {

@@ -437,12 +437,9 @@ bool os_uffd_copy(int fd, void *dst, void *src, size_t len) {
   return ioctl(fd, UFFDIO_COPY, &c) == 0 || errno == EEXIST;
 }
 
-void os_uffd_zero_wake(int fd, void *p, size_t len) {
-  struct uffdio_zeropage z = {.range = {.start = (uintptr_t)p, .len = len}};
-  if (ioctl(fd, UFFDIO_ZEROPAGE, &z) != 0) {
-    struct uffdio_range r = {.start = (uintptr_t)p, .len = len};
-    ioctl(fd, UFFDIO_WAKE, &r);          /* filled already, or not registered: wake any waiter */
-  }
+void os_uffd_wake(int fd, void *p, size_t len) {
+  struct uffdio_range r = {.start = (uintptr_t)p, .len = len};
+  ioctl(fd, UFFDIO_WAKE, &r);            /* nobody waiting, or not registered: nothing to do */
 }
 
 int os_uffd_read(int fd, os_uffd_fault_t *out, int max) {

@@ -111,7 +111,7 @@ bool os_uffd_unregister(int fd, void *p, size_t len);    /* wakes the faults wai
  * allowed) and wakes waiters: bytes done, or -errno when none was. */
 long os_uffd_move(int fd, void *dst, void *src, size_t len);
 bool os_uffd_copy(int fd, void *dst, void *src, size_t len);   /* EEXIST counts as done */
-void os_uffd_zero_wake(int fd, void *p, size_t len);     /* a zero page if missing; wakes */
+void os_uffd_wake(int fd, void *p, size_t len);          /* wakes the faults waiting there */
 typedef struct { uintptr_t addr; long tid; } os_uffd_fault_t;
 /* Blocks for fault messages: the number of page faults read, -1 on error. */
 int os_uffd_read(int fd, os_uffd_fault_t *out, int max);

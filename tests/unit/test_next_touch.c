@@ -470,6 +470,25 @@ static void test_fork(void) {
   waitpid(pid, &st, 0);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child touching a pending range (status %#x)", st);
   CHECK(p[0] == 6 && p[len - 1] == 6, "parent's copy");
+  /* Marked again while its pages are still shared with the child's copy
+   * (copy-on-write, not written since): userfaultfd cannot move them back,
+   * the engine copies them. Every byte must survive. */
+  pid = fork();
+  if (pid == 0) {
+    sleep(1);
+    _exit(0);
+  }
+  CHECK(mark(p, len) == 0, "mark after fork");
+  int fds[2];
+  CHECK(pipe(fds) == 0, "pipe");
+  CHECK(write(fds[1], "xy", 2) == 2, "write");
+  if (uffd) CHECK(read(fds[0], p + PAGE * 9, 2) == 2, "read into a range shared with a child: %s", strerror(errno));
+  else CHECK(locus_next_touch_resolve(p + PAGE * 9, 2) == 0 && read(fds[0], p + PAGE * 9, 2) == 2, "read");
+  for (size_t i = 0; i < len; i += 64)
+    CHECK(p[i] == (i >= PAGE * 9 && i < PAGE * 9 + 2 ? "xy"[i - PAGE * 9] : 6), "byte %zu after fork: %d", i, p[i]);
+  close(fds[0]);
+  close(fds[1]);
+  waitpid(pid, &st, 0);
   free(p);
 }
 
