@@ -90,19 +90,22 @@ int locus_rebind(void);
  * touches them (whole pages; the block's pages only). Returns 0, or -1 with
  * errno = EINVAL (not inside one live large block of locus, len 0), EBUSY
  * (overlaps a range not yet touched), EAGAIN (256 ranges pending), ENOMEM
- * (the kernel refused the protection change). Any number of threads may
+ * (the kernel refused to change the mapping). Any number of threads may
  * touch a pending range at once, also while other ranges are marked,
- * resolved or freed. Works through page protection (PROT_NONE) and a
- * SIGSEGV handler: every other fault goes to the program's own SIGSEGV
- * disposition, whether set before or after (sigaction and signal are
- * interposed while the handler is installed; a handler set by other means
- * is detected at the next call, reported, and chained to). Freeing or
- * resizing the block cancels what is still pending.
+ * resolved or freed. Freeing or resizing the block cancels what is still
+ * pending.
  *
- * System calls: the kernel does not fault on behalf of a system call, so a
- * system call that reads or writes a pending range (read, recv, write,
- * MPI and RDMA registration, ...) fails with EFAULT. Call
- * locus_next_touch_resolve on the buffer first. See docs/numa.md. */
+ * Two traps (LOCUS_NEXT_TOUCH, docs/numa.md): with userfaultfd (root, or
+ * access to /dev/userfaultfd, or CAP_SYS_PTRACE; Linux 6.8) every access
+ * waits for the migration, system calls included (read, recv, write, MPI,
+ * RDMA registration work on a pending range), and fork brings pending pages
+ * back first. Otherwise page protection (PROT_NONE) and a SIGSEGV handler
+ * that passes every other fault to the program's own SIGSEGV disposition,
+ * whether set before or after (sigaction and signal are interposed while the
+ * handler is installed; a handler set by other means is detected at the next
+ * call, reported and chained to); then a system call that reads or writes a
+ * pending range fails with EFAULT (the kernel does not fault on behalf of a
+ * system call): call locus_next_touch_resolve on the buffer first. */
 int locus_next_touch(void *p, size_t len);
 
 /* Makes the pending next-touch groups meeting [p, p+len) accessible now,
