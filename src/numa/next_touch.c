@@ -392,8 +392,6 @@ static bool engine_uffd(void) {
       err = pthread_create(&t, &attr, uffd_thread, NULL);
       pthread_attr_destroy(&attr);
       if (!err) {
-        static bool atfork;
-        if (!atfork) atfork = pthread_atfork(nt_fork_prepare, nt_fork_parent, nt_fork_child) == 0;
         atomic_store(&engine, 1);
         return true;
       }
@@ -409,6 +407,13 @@ static bool engine_uffd(void) {
 }
 
 static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
+  /* The fork handlers, once, outside nt_lock: fork holds glibc's handler
+   * lock while its prepare handlers run, and this one takes nt_lock. */
+  static atomic_bool atfork;
+  if (atomic_load(&locus_opt.next_touch) != NT_OPT_PROTECT && !atomic_exchange(&atfork, true) &&
+      pthread_atfork(nt_fork_prepare, nt_fork_parent, nt_fork_child) != 0)
+    locus_warn("next touch: no fork handler (pthread_atfork failed): a child forked while a range is "
+               "pending through userfaultfd would read zeroes there");
   atomic_store_explicit(&nt_can_move, topology_allowed_count() > 1, memory_order_relaxed);
   size_t page = os_page_size();
   size_t pages = (b - a) / page;
