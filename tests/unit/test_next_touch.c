@@ -39,11 +39,16 @@ static void check_armed(const char *when) {
   CHECK(os_fault_handler_armed(), "locus's SIGSEGV handler not installed %s", when);
 }
 
+static double now_s(void);
+
+/* Marks, waiting while the last range there has a group being moved; a
+ * range left pending for 60 s is a hang: fail (errno stays EBUSY). */
 static int mark(void *p, size_t len) {
+  double t0 = now_s();
   for (;;) {
     int r = locus_next_touch(p, len);
-    if (r == 0 || errno != EBUSY) return r;
-    sched_yield();                     /* a group of the last range still being moved */
+    if (r == 0 || errno != EBUSY || now_s() - t0 > 60) return r;
+    sched_yield();
   }
 }
 
