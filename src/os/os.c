@@ -282,7 +282,8 @@ static void fault_chain(int sig, siginfo_t *info, void *uctx) {
   struct sigaction p;
   prog_get(&p);
   if (p.sa_flags & SA_RESETHAND) atomic_store(&prog_reset, atomic_load(&prog_seq));  /* reset on delivery */
-  if (!(p.sa_flags & SA_SIGINFO) && (p.sa_handler == SIG_DFL || p.sa_handler == SIG_IGN)) {
+  /* SIG_DFL and SIG_IGN whatever SA_SIGINFO says (one union, as the kernel reads it). */
+  if (p.sa_handler == SIG_DFL || p.sa_handler == SIG_IGN) {
     /* A signal sent by a process (kill, sigqueue) is ignored if asked; a
      * fault cannot be (the kernel forces the default action on it too). */
     if (info->si_code <= 0 && p.sa_handler == SIG_IGN) return;
