@@ -345,8 +345,8 @@ static void test_program_handler(void) {
 children:
   /* SA_RESETHAND, SIG_IGN, SIG_DFL, in children: the default action kills. */
   struct { int flags; sighandler_t h; int expect_exit; } cases[] = {
-      {SA_RESETHAND, own_plain_handler, 0}, {0, SIG_IGN, 0}, {0, SIG_DFL, 0}};
-  for (int c = 0; c < 3; c++) {
+      {SA_RESETHAND, own_plain_handler, 0}, {0, SIG_IGN, 0}, {0, SIG_DFL, 0}, {SA_SIGINFO, SIG_DFL, 0}};
+  for (int c = 0; c < 4; c++) {
     pid_t pid = fork();
     if (pid == 0) {
       struct sigaction s2;
