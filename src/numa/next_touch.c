@@ -26,8 +26,9 @@
  *   their access (after a yield when the group is not done yet).
  * - Invariant: a page locus made inaccessible is covered by a live slot whose
  *   group for it is not done. Pages are protected after the slot is
- *   published and made accessible before the group is marked done (and so
- *   before the slot can be freed).
+ *   published, while the marker owns every group (so no group of the range
+ *   can be finished before the protection is in place), and made accessible
+ *   before the group is marked done (and so before the slot can be freed).
  * - A fault (access error) at an address in no live slot may be ours all the
  *   same: its slot was finished and freed after the fault and before the
  *   handler read the table. The page is then accessible, and nt_epoch moved
@@ -537,10 +538,17 @@ static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
     }
   }
   if (!stash) {
-    atomic_store_explicit(&slot->claim, live, memory_order_release);   /* published before protected */
+    /* Published before protected, and with every group claimed by the
+     * marker until the protection is in place: a handler late for an older
+     * range on these pages would otherwise finish a group here before the
+     * mprotect, which would then leave a done group inaccessible. */
+    atomic_store_explicit(&slot->claim, live | NT_BITS, memory_order_release);
     ok = os_protect((void *)a, b - a, false);
-    if (!ok) {                         /* maybe partly applied: undo, then free the slot */
-      slot_cancel(slot);
+    if (ok) {
+      atomic_store_explicit(&slot->claim, live, memory_order_release);
+    } else {                           /* maybe partly applied: undo, then free the slot */
+      unprotect(a, b);
+      atomic_store(&slot->done, live | NT_BITS);
       slot_free(slot);
     }
   }
