@@ -288,7 +288,10 @@ static void nt_validate(void) {
 #ifdef LOCUS_DEBUG
   for (int i = 0; i < NT_SLOTS; i++) {
     nt_slot_t *r = &slots[i];
-    uint64_t c = atomic_load(&r->claim), d = atomic_load(&r->done);
+    /* done first: handlers add claims then done bits, so done read before
+     * claim is a subset of it (the other order could race with a handler). */
+    uint64_t d = atomic_load(&r->done);
+    uint64_t c = atomic_load(&r->claim);
     LOCUS_ASSERT(gen_of(c) == gen_of(d));
     LOCUS_ASSERT((d & ~c & NT_BITS) == 0);
     if (!gen_live(gen_of(c))) continue;
