@@ -97,9 +97,9 @@ int locus_rebind(void);
  *
  * Two traps (LOCUS_NEXT_TOUCH, docs/numa.md): with userfaultfd (root, or
  * access to /dev/userfaultfd, or CAP_SYS_PTRACE; Linux 6.8) every access
- * waits for the migration, system calls included (read, recv, write, MPI,
- * RDMA registration work on a pending range), and fork brings pending pages
- * back first. Otherwise page protection (PROT_NONE) and a SIGSEGV handler
+ * waits for the migration, system calls included (tested: read and write;
+ * the kernel's other accesses to user memory, recv or MPI receives, fault
+ * the same way), and fork brings pending pages back first. Otherwise page protection (PROT_NONE) and a SIGSEGV handler
  * that passes every other fault to the program's own SIGSEGV disposition,
  * whether set before or after (sigaction and signal are interposed while the
  * handler is installed; a handler set by other means is detected at the next
