@@ -259,9 +259,16 @@ static bool retry_once(uintptr_t x) {
   return true;
 }
 
+/* Test hooks (next_touch_test_hooks): called in the handler before it reads
+ * the table, and in a mark between publishing a range and protecting it. */
+static void (*_Atomic hook_fault)(void *addr);
+static void (*_Atomic hook_mark)(void);
+
 static bool nt_fault(void *addr, bool access_error) {
   uintptr_t x = (uintptr_t)addr;
   if (!access_error) return false;     /* PROT_NONE pages give access errors only */
+  void (*hook)(void *) = atomic_load_explicit(&hook_fault, memory_order_relaxed);
+  if (unlikely(hook != NULL)) hook(addr);
   for (int i = 0; i < NT_SLOTS; i++) {
     nt_group_t g;
     switch (claim_in(&slots[i], x, &g, false)) {
@@ -546,6 +553,8 @@ static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
      * range on these pages would otherwise finish a group here before the
      * mprotect, which would then leave a done group inaccessible. */
     atomic_store_explicit(&slot->claim, live | NT_BITS, memory_order_release);
+    void (*hook)(void) = atomic_load_explicit(&hook_mark, memory_order_relaxed);
+    if (unlikely(hook != NULL)) hook();
     ok = os_protect((void *)a, b - a, false);
     if (ok) {
       atomic_store_explicit(&slot->claim, live, memory_order_release);
@@ -606,6 +615,10 @@ static void resolve(uintptr_t a, uintptr_t b) {
 size_t next_touch_moved_pages(void) { return nt_moved; }
 size_t next_touch_faults(void) { return nt_faults; }
 void next_touch_force(bool on) { atomic_store(&nt_forced, on); }
+void next_touch_test_hooks(void (*fault)(void *addr), void (*mark)(void)) {
+  atomic_store(&hook_fault, fault);
+  atomic_store(&hook_mark, mark);
+}
 const char *next_touch_engine(void) {
   int e = atomic_load(&engine);
   return e == 1 ? "uffd" : e == 2 ? "protect" : "none";

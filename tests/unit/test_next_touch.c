@@ -457,6 +457,64 @@ static void test_syscalls(void) {
   free(p);
 }
 
+/* ---- a handler late for an older range while a new one is marked ---------
+ * Thread T faults on a page of range R1; its handler stops (test hook)
+ * before reading the table. Meanwhile R1 is resolved and the same pages
+ * are marked again (R2); that mark stops (test hook) between publishing R2
+ * and protecting it, and lets T's handler run then. The handler must not
+ * finish a group of R2 before the protection: the group would be done yet
+ * inaccessible, and the next access to it taken for a foreign fault (the
+ * process killed). In a child, whose death the parent sees. */
+static _Thread_local bool late_me;
+static atomic_int late_stage;          /* 1: T's handler waits, 2: go on, 3: T's access done */
+
+static void late_fault_hook(void *addr) {
+  (void)addr;
+  if (!late_me || atomic_load(&late_stage) != 0) return;
+  atomic_store(&late_stage, 1);
+  while (atomic_load(&late_stage) != 2) sched_yield();
+}
+
+static void late_mark_hook(void) {
+  atomic_store(&late_stage, 2);
+  double t0 = now_s();                 /* T's handler runs now, before the protection */
+  while (atomic_load(&late_stage) != 3 && now_s() - t0 < 10) sched_yield();
+}
+
+static void *late_toucher(void *arg) {
+  late_me = true;
+  ((volatile unsigned char *)arg)[0] = 42;
+  atomic_store(&late_stage, 3);
+  return NULL;
+}
+
+static void test_late_handler(void) {
+  if (uffd) return;                    /* the protection engine's window */
+  pid_t pid = fork();
+  if (pid == 0) {
+    size_t len = 2 << 20;
+    unsigned char *b = malloc(len);
+    memset(b, 1, len);
+    if (mark(b, len) != 0) _exit(2);
+    next_touch_test_hooks(late_fault_hook, NULL);
+    pthread_t t;
+    unsigned char *page = b + (1 << 20);
+    pthread_create(&t, NULL, late_toucher, page);
+    while (atomic_load(&late_stage) != 1) sched_yield();
+    if (locus_next_touch_resolve(b, len) != 0) _exit(3);   /* R1 finished while T's handler waits */
+    next_touch_test_hooks(late_fault_hook, late_mark_hook);
+    if (locus_next_touch(b, len) != 0) _exit(4);            /* R2 */
+    next_touch_test_hooks(NULL, NULL);
+    pthread_join(t, NULL);
+    for (size_t i = 0; i < len; i += PAGE) b[i] = 7;        /* every group of R2, T's page included */
+    if (page[0] != 7 || b[len - 1] != 1) _exit(5);
+    _exit(0);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a handler late for an older range during a new mark: status %#x", st);
+}
+
 /* ---- fork with a range pending: the child's copy works the same --------- */
 static void test_fork(void) {
   size_t len = 4 << 20;
@@ -513,7 +571,8 @@ int main(int argc, char **argv) {
   struct { const char *name; void (*fn)(void); } parts[] = {
       {"syscalls", test_syscalls}, {"shared_page", test_shared_page}, {"sweep", test_sweep},
       {"races", test_races},       {"table", test_table},             {"altstack", test_altstack},
-      {"fork", test_fork},         {"program_handler", test_program_handler}};
+      {"fork", test_fork},         {"late_handler", test_late_handler},
+      {"program_handler", test_program_handler}};
   const char *only = getenv("NT_ONLY");  /* a comma-separated list of parts, for debugging */
   for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
     if (only && !strstr(only, parts[i].name)) continue;
