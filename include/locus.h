@@ -92,11 +92,31 @@ int locus_rebind(void);
  * (above LOCUS_LARGE_THRESHOLD), move to the node of the next thread that
  * touches them (whole pages; the block's pages only). Returns 0, or -1 with
  * errno = EINVAL (not inside one live large block of locus, len 0), EBUSY
- * (overlaps a range not yet touched), EAGAIN (256 ranges pending). Works
- * through page protection and a SIGSEGV handler that passes every other fault
- * to the program's own handler, if installed before. Freeing or resizing the
- * block cancels what is still pending. See docs/numa.md for its cost. */
+ * (overlaps a range not yet touched), EAGAIN (256 ranges pending), ENOMEM
+ * (the kernel refused to change the mapping). Any number of threads may
+ * touch a pending range at once, also while other ranges are marked,
+ * resolved or freed. Freeing or resizing the block cancels what is still
+ * pending.
+ *
+ * Two traps (LOCUS_NEXT_TOUCH, docs/numa.md): with userfaultfd (root, or
+ * access to /dev/userfaultfd, or CAP_SYS_PTRACE; Linux 6.8) every access
+ * waits for the migration, system calls included (tested: read and write;
+ * the kernel's other accesses to user memory, recv or MPI receives, fault
+ * the same way), and fork brings pending pages back first. Otherwise page protection (PROT_NONE) and a SIGSEGV handler
+ * that passes every other fault to the program's own SIGSEGV disposition,
+ * whether set before or after (sigaction and signal are interposed while the
+ * handler is installed; a handler set by other means is detected at the next
+ * call, reported and chained to); then a system call that reads or writes a
+ * pending range fails with EFAULT (the kernel does not fault on behalf of a
+ * system call): call locus_next_touch_resolve on the buffer first. */
 int locus_next_touch(void *p, size_t len);
+
+/* Makes the pending next-touch groups meeting [p, p+len) accessible now,
+ * moving them to the calling thread's node (groups another thread is moving
+ * are waited for): the buffer can then be handed to a system call. Memory
+ * with nothing pending (any memory, locus's or not) is left as it is.
+ * Returns 0, or -1 with errno = EINVAL (p NULL with len > 0, p + len wraps). */
+int locus_next_touch_resolve(void *p, size_t len);
 
 /* Physical page colours (S. Valat, PhD thesis, 2014, Ch.3): a physically
  * indexed cache of size S with A ways and pages of U bytes has S / A / U page

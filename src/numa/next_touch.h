@@ -5,9 +5,19 @@
 #include "types.h"
 
 /* Cancels the pending ranges of a block about to be freed or resized: they
- * become accessible where they are. */
+ * become accessible where they are (after handlers moving one of its groups
+ * have finished). */
 void next_touch_cancel(region_t *owner);
 size_t next_touch_moved_pages(void);
 size_t next_touch_faults(void);
+/* Test hook: run the engine (protection, faults, protocol) even when the
+ * kernel has no NUMA system calls, where it would do nothing. */
+void next_touch_force(bool on);
+/* Test hooks: `fault` runs in the SIGSEGV handler before it reads the table
+ * (async-signal-safe code only), `mark` in a protection mark between
+ * publishing the range and protecting it (nt_lock held). NULL: none. */
+void next_touch_test_hooks(void (*fault)(void *addr), void (*mark)(void));
+/* The engine chosen at the first mark: "uffd", "protect", or "none" yet. */
+const char *next_touch_engine(void);
 
 #endif /* LOCUS_NEXT_TOUCH_H */

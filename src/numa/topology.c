@@ -110,3 +110,11 @@ int topology_thread_node(void) {
   }
   return found < 0 ? -1 : home[found];
 }
+
+int topology_cpu_node(int cpu) {
+  if (cpu < 0 || cpu >= TOPO_MAX_CPUS) return -1;
+  if (nnodes == 1) return __builtin_ctzll(allowed);
+  for (int n = 0; n < node_limit; n++)
+    if (has(online, n) && (node_cpus[n][cpu / 64] >> (cpu % 64) & 1)) return home[n];
+  return -1;
+}

@@ -24,5 +24,8 @@ int topology_allowed_count(void);
  * for a node without memory, the nearest one with memory); else -1 (not
  * bound: the generic source). */
 int topology_thread_node(void);
+/* The node serving a CPU's threads (its node, or the nearest with memory);
+ * -1 for a CPU of no online node. */
+int topology_cpu_node(int cpu);
 
 #endif /* LOCUS_TOPOLOGY_H */

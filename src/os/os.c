@@ -1,5 +1,5 @@
 /* The OS layer: memory, processes, files. Every system call of locus is in
- * src/os/: this file, features.c, pressure.c, zero.c (calloc's clearing). */
+ * src/os/: this file, features.c, pressure.c, wait.c (futex waits), zero.c (calloc's clearing). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 
 #include <linux/membarrier.h>
 #include <linux/mempolicy.h>
+#include <linux/userfaultfd.h>
 
 #include "os/os.h"
 
@@ -207,45 +209,266 @@ bool os_protect(void *p, size_t size, bool accessible) {
   return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }
 
+/* ---- the SIGSEGV handler (next touch) ------------------------------------
+ * Installed once; every fault is offered to `fault_ours` first. The
+ * program's own disposition of SIGSEGV (the one it had before, and any it
+ * sets later through sigaction or signal, which locus interposes while its
+ * handler is installed) is kept in `prog` and honoured when a fault is not
+ * ours: its mask, SA_NODEFER, SA_RESETHAND, SA_SIGINFO or not, SIG_IGN and
+ * SIG_DFL (the default action on the retried access). A program that
+ * replaces the handler behind locus's back (the raw system call, a static
+ * libc's internal call) is found at the next os_fault_handler_install, told
+ * about, and the handler re-armed. */
+extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *old);  /* glibc's own */
+extern sighandler_t bsd_signal(int sig, sighandler_t handler);                      /* glibc's signal() */
+
 static os_fault_fn fault_ours;
-static struct sigaction fault_previous;
-LOCK_STATIC(fault_lock, LOCK_RANK_FAULT, "fault handler install")
-static bool fault_installed;
+LOCK_STATIC(fault_lock, LOCK_RANK_FAULT, "fault handler install") /* installing and the program's changes */
+static atomic_bool fault_installed;
+/* The program's disposition, published as a seqlock (odd: being written)
+ * because the handler reads it without a lock; prog_reset is the sequence
+ * number whose disposition SA_RESETHAND has reset to SIG_DFL. */
+static struct sigaction prog;
+static atomic_uint prog_seq, prog_reset = 1;
+
+static void prog_set(const struct sigaction *sa) {       /* fault_lock held */
+  atomic_fetch_add(&prog_seq, 1);
+  atomic_thread_fence(memory_order_release);
+  memcpy(&prog, sa, sizeof prog);
+  atomic_fetch_add_explicit(&prog_seq, 1, memory_order_release);
+}
+
+static void prog_get(struct sigaction *sa) {
+  for (;;) {
+    unsigned s = atomic_load_explicit(&prog_seq, memory_order_acquire);
+    if (!(s & 1)) {
+      memcpy(sa, (const void *)&prog, sizeof *sa);
+      atomic_thread_fence(memory_order_acquire);
+      if (atomic_load_explicit(&prog_seq, memory_order_relaxed) == s) {
+        if (atomic_load(&prog_reset) == s) {
+          memset(sa, 0, sizeof *sa);
+          sa->sa_handler = SIG_DFL;
+        }
+        return;
+      }
+    }
+    sched_yield();
+  }
+}
+
+static void fault_handler(int sig, siginfo_t *info, void *uctx);
+
+/* The disposition locus installs. */
+static void fault_action(struct sigaction *sa) {
+  memset(sa, 0, sizeof *sa);
+  sa->sa_sigaction = fault_handler;
+  sa->sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+  sigemptyset(&sa->sa_mask);
+}
+
+/* Not ours: what the program asked for. */
+static void fault_chain(int sig, siginfo_t *info, void *uctx) {
+  struct sigaction p;
+  prog_get(&p);
+  if (p.sa_flags & SA_RESETHAND) atomic_store(&prog_reset, atomic_load(&prog_seq));  /* reset on delivery */
+  /* SIG_DFL and SIG_IGN whatever SA_SIGINFO says (one union, as the kernel reads it). */
+  if (p.sa_handler == SIG_DFL || p.sa_handler == SIG_IGN) {
+    /* A signal sent by a process (kill, sigqueue) is ignored if asked; a
+     * fault cannot be (the kernel forces the default action on it too). */
+    if (info->si_code <= 0 && p.sa_handler == SIG_IGN) return;
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    __sigaction(sig, &dfl, NULL);
+    atomic_store(&fault_installed, false);
+    if (info->si_code <= 0) raise(sig); /* blocked until this handler returns */
+    return;                            /* a fault: the retried access takes the default action */
+  }
+  sigset_t mask = p.sa_mask, old;
+  if (!(p.sa_flags & SA_NODEFER)) sigaddset(&mask, sig);
+  pthread_sigmask(SIG_BLOCK, &mask, &old);
+  if (p.sa_flags & SA_NODEFER) {
+    sigset_t self;
+    sigemptyset(&self);
+    sigaddset(&self, sig);
+    pthread_sigmask(SIG_UNBLOCK, &self, NULL);
+  }
+  if (p.sa_flags & SA_SIGINFO) p.sa_sigaction(sig, info, uctx);
+  else p.sa_handler(sig);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
 
 static void fault_handler(int sig, siginfo_t *info, void *uctx) {
   int saved = errno;
-  if (fault_ours && fault_ours(info->si_addr)) {
-    errno = saved;
-    return;                              /* the access is retried and now succeeds */
-  }
+  if (!fault_ours || !fault_ours(info->si_addr, info->si_code == SEGV_ACCERR)) fault_chain(sig, info, uctx);
   errno = saved;
-  if (fault_previous.sa_flags & SA_SIGINFO) {
-    if (fault_previous.sa_sigaction) {
-      fault_previous.sa_sigaction(sig, info, uctx);
-      return;
-    }
-  } else if (fault_previous.sa_handler != SIG_DFL && fault_previous.sa_handler != SIG_IGN) {
-    fault_previous.sa_handler(sig);
-    return;
-  }
-  /* Not ours and nobody else's: the default action, on the retried access. */
-  signal(sig, SIG_DFL);
 }
 
 bool os_fault_handler_install(os_fault_fn ours) {
   lock_acquire(&fault_lock);
-  bool ok = fault_installed;
-  if (!ok) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = fault_handler;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
+  struct sigaction cur, sa;
+  bool ok = __sigaction(SIGSEGV, NULL, &cur) == 0;
+  bool armed = ok && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == fault_handler;
+  if (ok && !armed) {
+    if (atomic_load(&fault_installed))
+      locus_warn("the program replaced locus's SIGSEGV handler without sigaction() (faults on ranges "
+                 "pending next touch went to its handler); re-installed, chaining to the program's");
     fault_ours = ours;
-    ok = fault_installed = sigaction(SIGSEGV, &sa, &fault_previous) == 0;
+    prog_set(&cur);                    /* the program's: chained to */
+    fault_action(&sa);
+    ok = __sigaction(SIGSEGV, &sa, NULL) == 0;
+    atomic_store(&fault_installed, ok);
   }
   lock_release(&fault_lock);
   return ok;
+}
+
+bool os_fault_handler_armed(void) {
+  struct sigaction cur;
+  return __sigaction(SIGSEGV, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == fault_handler;
+}
+
+#ifndef LOCUS_NO_OVERRIDE              /* a build that exports only locus_* names: not interposed */
+/* The program's sigaction: while locus's handler is installed, SIGSEGV
+ * changes go to `prog` (the handler chains to it) and queries see it; the
+ * kernel's disposition stays locus's. Everything else is glibc's. */
+LOCUS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+  if (sig != SIGSEGV || !atomic_load(&fault_installed)) return __sigaction(sig, act, old);
+  lock_acquire(&fault_lock);
+  if (!atomic_load(&fault_installed)) {
+    lock_release(&fault_lock);
+    return __sigaction(sig, act, old);
+  }
+  if (old) prog_get(old);
+  if (act && !((act->sa_flags & SA_SIGINFO) && act->sa_sigaction == fault_handler)) {
+    prog_set(act);
+    atomic_store(&prog_reset, 1);      /* an odd number: no sequence number is */
+  }
+  lock_release(&fault_lock);
+  return 0;
+}
+
+/* glibc's signal() calls its internal sigaction, not the interposed one:
+ * SIGSEGV's goes through sigaction above (BSD semantics, as glibc's signal),
+ * the others to glibc (bsd_signal is the same function as its signal). */
+LOCUS_EXPORT sighandler_t signal(int sig, sighandler_t handler) {
+  if (sig != SIGSEGV) return bsd_signal(sig, handler);
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, sig);
+  sa.sa_flags = SA_RESTART;
+  return sigaction(sig, &sa, &old) == 0 ? old.sa_handler : SIG_ERR;
+}
+#endif
+
+/* ---- userfaultfd (next touch's engine for ranges system calls may touch) -- */
+#ifndef UFFD_FEATURE_MOVE                /* Linux 6.8 uapi, for older installed headers */
+#define UFFD_FEATURE_MOVE (1 << 16)
+#define _UFFDIO_MOVE (0x05)
+#define UFFDIO_MOVE_MODE_DONTWAKE ((__u64)1 << 0)
+#define UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES ((__u64)1 << 1)
+struct uffdio_move {
+  __u64 dst, src, len, mode;
+  __s64 move;
+};
+#define UFFDIO_MOVE _IOWR(UFFDIO, _UFFDIO_MOVE, struct uffdio_move)
+#endif
+int os_uffd_open(bool *thread_id) {
+  struct uffdio_api api;
+  int fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+  if (fd >= 0) {
+    int u = ioctl(fd, USERFAULTFD_IOC_NEW, O_CLOEXEC);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    fd = u;
+  }
+  if (fd < 0) fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);   /* needs CAP_SYS_PTRACE, or the sysctl */
+  if (fd < 0) return -1;
+  for (int with_tid = 1; with_tid >= 0; with_tid--) {
+    memset(&api, 0, sizeof api);
+    api.api = UFFD_API;
+    api.features = UFFD_FEATURE_MOVE | (with_tid ? UFFD_FEATURE_THREAD_ID : 0);
+    if (ioctl(fd, UFFDIO_API, &api) == 0) {
+      *thread_id = with_tid;
+      return fd;
+    }
+    /* A failed handshake leaves the descriptor unusable: start again. */
+    close(fd);
+    fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+    if (fd < 0) return -1;
+  }
+  close(fd);
+  errno = ENOSYS;                        /* no UFFDIO_MOVE (Linux < 6.8) */
+  return -1;
+}
+
+bool os_uffd_register(int fd, void *p, size_t len) {
+  struct uffdio_register reg = {.range = {.start = (uintptr_t)p, .len = len}, .mode = UFFDIO_REGISTER_MODE_MISSING};
+  return ioctl(fd, UFFDIO_REGISTER, &reg) == 0;
+}
+
+bool os_uffd_unregister(int fd, void *p, size_t len) {
+  struct uffdio_range r = {.start = (uintptr_t)p, .len = len};
+  return ioctl(fd, UFFDIO_UNREGISTER, &r) == 0;
+}
+
+long os_uffd_move(int fd, void *dst, void *src, size_t len) {
+  struct uffdio_move m = {.dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = len,
+                          .mode = UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES};
+  if (ioctl(fd, UFFDIO_MOVE, &m) == 0) return (long)len;
+  return m.move > 0 ? (long)m.move : -errno;
+}
+
+bool os_uffd_copy(int fd, void *dst, void *src, size_t len) {
+  struct uffdio_copy c = {.dst = (uintptr_t)dst, .src = (uintptr_t)src, .len = len};
+  return ioctl(fd, UFFDIO_COPY, &c) == 0 || errno == EEXIST;
+}
+
+void os_uffd_wake(int fd, void *p, size_t len) {
+  struct uffdio_range r = {.start = (uintptr_t)p, .len = len};
+  ioctl(fd, UFFDIO_WAKE, &r);            /* nobody waiting, or not registered: nothing to do */
+}
+
+int os_uffd_read(int fd, os_uffd_fault_t *out, int max) {
+  struct uffd_msg msg[16];
+  if (max > 16) max = 16;
+  ssize_t n = read(fd, msg, sizeof msg[0] * (size_t)max);
+  if (n < 0) return -1;
+  int k = 0;
+  for (ssize_t i = 0; i < n / (ssize_t)sizeof msg[0]; i++) {
+    if (msg[i].event != UFFD_EVENT_PAGEFAULT) continue;
+    out[k].addr = (uintptr_t)msg[i].arg.pagefault.address;
+    out[k].tid = (long)msg[i].arg.pagefault.feat.ptid;
+    k++;
+  }
+  return k;
+}
+
+void *os_reserve(size_t len) {
+  void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+bool os_move_aside(void *p, size_t len, void *dst) {
+  return mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst) == dst;
+}
+
+void os_release(void *p, size_t len) { munmap(p, len); }
+
+int os_tid_cpu(long tid) {
+  char path[64], buf[1024];
+  fmt_buf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+  if (os_read_file(path, buf, sizeof buf) <= 0) return -1;
+  char *q = strrchr(buf, ')');           /* after the command name, which may hold blanks */
+  if (!q) return -1;
+  /* Field 39 (processor); q is at the end of field 2. */
+  int field = 2;
+  for (; *q && field < 39; q++)
+    if (*q == ' ') field++;
+  return field == 39 ? atoi(q) : -1;
 }
 
 uint64_t os_random(void) {

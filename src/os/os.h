@@ -117,11 +117,42 @@ int os_current_node(void);
 
 /* ---- protection and faults (next-touch) ----------------------------------- */
 bool os_protect(void *p, size_t size, bool accessible);
-/* Installs, once, a SIGSEGV handler that asks `ours` about each fault; a
- * fault it does not claim goes to the handler the program had installed
- * before (or to the default action). Async-signal-safe `ours` only. */
-typedef bool (*os_fault_fn)(void *addr);
+/* Installs a SIGSEGV handler that asks `ours` about each fault (the address,
+ * and whether it is an access error, SEGV_ACCERR): true means handled, the
+ * access is retried; a fault it does not claim goes to the program's own
+ * disposition (the one installed before, or set later with sigaction or
+ * signal, which are interposed while the handler is installed), with that
+ * disposition's semantics. Called again, it re-arms the handler if the
+ * program replaced it behind locus's back (and says so on stderr).
+ * Async-signal-safe `ours` only; its frame must fit a small alternate
+ * signal stack. */
+typedef bool (*os_fault_fn)(void *addr, bool access_error);
 bool os_fault_handler_install(os_fault_fn ours);
+/* Whether SIGSEGV's disposition is locus's handler now (tests). */
+bool os_fault_handler_armed(void);
+
+/* ---- userfaultfd (next touch, docs/numa.md) ------------------------------ */
+/* A userfaultfd that handles kernel faults too, with UFFDIO_MOVE (Linux 6.8):
+ * through /dev/userfaultfd (its file permissions), else the system call
+ * (CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd=1); -1 with errno when
+ * neither is allowed. *thread_id: fault messages carry the faulting tid. */
+int os_uffd_open(bool *thread_id);
+bool os_uffd_register(int fd, void *p, size_t len);      /* missing-page faults go to fd */
+bool os_uffd_unregister(int fd, void *p, size_t len);    /* wakes the faults waiting there */
+/* Moves the pages of [src, src+len) to dst (page tables, no copy; holes
+ * allowed) and wakes waiters: bytes done, or -errno when none was. */
+long os_uffd_move(int fd, void *dst, void *src, size_t len);
+bool os_uffd_copy(int fd, void *dst, void *src, size_t len);   /* EEXIST counts as done */
+void os_uffd_wake(int fd, void *p, size_t len);          /* wakes the faults waiting there */
+typedef struct { uintptr_t addr; long tid; } os_uffd_fault_t;
+/* Blocks for fault messages: the number of page faults read, -1 on error. */
+int os_uffd_read(int fd, os_uffd_fault_t *out, int max);
+void *os_reserve(size_t len);                            /* PROT_NONE address space */
+/* Moves the pages of [p, p+len) to dst (replacing what is there), leaving p
+ * mapped and empty (mremap MREMAP_DONTUNMAP). */
+bool os_move_aside(void *p, size_t len, void *dst);
+void os_release(void *p, size_t len);                    /* munmap, not counted as returned memory */
+int os_tid_cpu(long tid);                                /* the CPU a thread of this process last ran on */
 
 /* ---- processes, threads, files ------------------------------------------ */
 uint64_t os_random(void);

@@ -66,7 +66,10 @@ static void class_apply(lock_class_t *c, void (*fn)(lock_t *)) {
 }
 
 void locks_fork_prepare(void) {
-  for (lock_class_t *c = classes; c; c = c->next) class_apply(c, raw_acquire);
+  for (lock_class_t *c = classes; c; c = c->next) {
+    class_apply(c, raw_acquire);
+    if (c->fork_prepare) c->fork_prepare();
+  }
 }
 
 /* Releases go from the highest rank down: a class's `each` may walk a list
@@ -85,7 +88,11 @@ void locks_fork_parent(void) { fork_release_all(raw_release); }
 
 /* The child has one thread: nobody sleeps on a lock. */
 static void reset_lock(lock_t *l) { atomic_store_explicit(&l->v, 0, memory_order_relaxed); }
-void locks_fork_child(void) { fork_release_all(reset_lock); }
+void locks_fork_child(void) {
+  fork_release_all(reset_lock);
+  for (lock_class_t *c = classes; c; c = c->next)
+    if (c->fork_child) c->fork_child();
+}
 
 /* ---- order checks (debug build) ---------------------------------------------- */
 #ifdef LOCUS_DEBUG

@@ -94,6 +94,13 @@ typedef struct lock_class_s {
   lock_rank_t rank;
   lock_t *lock;
   void (*each)(void (*fn)(lock_t *));
+  /* Optional: run by fork's prepare handler once this class's locks are
+   * held (and every lower-ranked one), and in the child after the reset. A
+   * module whose state must be made fork-safe under its own lock hooks here
+   * rather than registering a pthread_atfork handler of its own, which would
+   * take the lock a second time. */
+  void (*fork_prepare)(void);
+  void (*fork_child)(void);
   struct lock_class_s *next;           /* the registry's list, by rank */
 } lock_class_t;
 void lock_class_register(lock_class_t *c);
@@ -102,10 +109,18 @@ void lock_class_register(lock_class_t *c);
   static lock_t var = LOCK_INIT(r);                                                          \
   static lock_class_t var##_class = {.name = (what), .rank = (r), .lock = &var};             \
   __attribute__((constructor(101))) static void var##_register(void) { lock_class_register(&var##_class); }
+/* The same, with fork hooks (lock_class_t's fork_prepare and fork_child). */
+#define LOCK_STATIC_FORK(var, r, what, prepare, child)                                       \
+  static lock_t var = LOCK_INIT(r);                                                          \
+  static lock_class_t var##_class = {.name = (what), .rank = (r), .lock = &var,              \
+                                     .fork_prepare = (prepare), .fork_child = (child)};      \
+  __attribute__((constructor(101))) static void var##_register(void) { lock_class_register(&var##_class); }
 /* The classes in rank order (tests, reports). */
 const lock_class_t *lock_classes(void);
-/* fork(): prepare takes every lock of every class in rank order; the parent
- * releases them, the child resets them (its other threads are gone). */
+/* fork(): prepare takes every lock of every class in rank order (running a
+ * class's fork_prepare once its locks are held); the parent releases them,
+ * the child resets them (its other threads are gone), then runs the
+ * classes' fork_child hooks. */
 void locks_fork_prepare(void);
 void locks_fork_parent(void);
 void locks_fork_child(void);

@@ -45,6 +45,7 @@ options_t locus_opt = {
 
 static const char *const profile_names[] = {"eco", "uma", "numa", "auto", NULL};
 static const char *const thp_names[] = {"auto", "on", "off", NULL};
+static const char *const next_touch_names[] = {"auto", "uffd", "protect", NULL};
 
 const char *profile_name(profile_t p) { return profile_names[p]; }
 
@@ -175,6 +176,13 @@ static option_t table[] = {
     "(measured on fresh mappings, docs/adaptive.md; the decision is in LOCUS_STATS); "
     "on: always, also under eco; off: never.", RT},
    T_ENUM, 0, 0, thp_names, &locus_opt.thp, NULL},
+  {{"next_touch", "LOCUS_NEXT_TOUCH", "enum", "auto", "auto, uffd, protect",
+    "How locus_next_touch traps the next access (docs/numa.md). uffd: userfaultfd, so that system calls "
+    "into a pending range wait for the migration instead of failing with EFAULT (needs /dev/userfaultfd "
+    "access, CAP_SYS_PTRACE or vm.unprivileged_userfaultfd=1, and Linux 6.8); protect: page protection "
+    "and a SIGSEGV handler (system calls fail with EFAULT, see locus_next_touch_resolve); auto: uffd when "
+    "allowed, else protect.", START},
+   T_ENUM, 0, 0, next_touch_names, &locus_opt.next_touch, NULL},
   {{"stats", "LOCUS_STATS", "bool", "0", "0/1, yes/no, on/off, true/false",
     "Print statistics at exit (to stderr, or LOCUS_STATS_FILE).", RT},
    T_BOOL, 0, 0, NULL, &locus_opt.stats, NULL},

@@ -94,7 +94,7 @@ for f in "$bin/liblocus.so" "$bin/liblocus.a" "$bin/tests/stress/stress"; do
 done
 
 # ---- liblocus.a defines only the API (internal names localised, as on x86-64)
-api='^(locus_[A-Za-z0-9_]+|_Z(nw|na|dl|da)[A-Za-z0-9_]+|__libc_[a-z_]+|__posix_memalign|malloc|calloc|realloc|reallocarray|free|cfree|free_sized|free_aligned_sized|aligned_alloc|posix_memalign|memalign|valloc|pvalloc|malloc_usable_size|malloc_trim|malloc_info|malloc_stats|mallopt|mallinfo2?)$'
+api='^(locus_[A-Za-z0-9_]+|_Z(nw|na|dl|da)[A-Za-z0-9_]+|__libc_[a-z_]+|__posix_memalign|malloc|calloc|realloc|reallocarray|free|cfree|free_sized|free_aligned_sized|aligned_alloc|posix_memalign|memalign|valloc|pvalloc|malloc_usable_size|malloc_trim|malloc_info|malloc_stats|mallopt|mallinfo2?|sigaction|signal)$'
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 $triple-nm -g --defined-only "$bin/liblocus.a" | awk 'NF == 3 { print $3 }' | sort -u >"$tmp/a"

@@ -344,6 +344,11 @@ int main(int argc, char **argv) {
   rebind = (int (*)(void))dlsym(RTLD_DEFAULT, "locus_rebind");
   set_profile = (int (*)(const char *))dlsym(RTLD_DEFAULT, "locus_set_profile");
   printf("placement: %d nodes, allocator %s\n", nnodes, on_node ? "locus" : "not locus");
+  if (getenv("PLACEMENT_NEXT_TOUCH_ONLY") && on_node) {   /* next touch's other engine: that case alone */
+    case_next_touch();
+    printf("placement: %s\n", failures ? "FAILED" : "done");
+    return failures ? 1 : 0;
+  }
   if (getenv("LOCUS_NUMA") && on_node) {      /* a process-wide policy: that case alone */
     case_env_policy();
     printf("placement: %s\n", failures ? "FAILED" : "done");

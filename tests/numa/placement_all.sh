@@ -8,8 +8,17 @@ peers=1
 prog=$1
 lib=${LOCUS_LIB:-/liblocus.so}
 status=0
-echo "=== placement: locus (LOCUS_PROFILE=numa)"
-LD_PRELOAD=$lib LOCUS_PROFILE=numa "$prog" --require || status=1
+# Next touch through userfaultfd (the guest runs as root): a warning that it
+# cannot be used fails the run; then next touch alone through page protection.
+echo "=== placement: locus (LOCUS_PROFILE=numa, LOCUS_NEXT_TOUCH=uffd)"
+LD_PRELOAD=$lib LOCUS_PROFILE=numa LOCUS_NEXT_TOUCH=uffd "$prog" --require 2>/tmp/placement.err || status=1
+cat /tmp/placement.err
+if grep -q "userfaultfd cannot be used" /tmp/placement.err; then
+  echo "placement: next touch could not use userfaultfd in the guest"
+  status=1
+fi
+echo "=== placement: locus next touch (LOCUS_PROFILE=numa, LOCUS_NEXT_TOUCH=protect)"
+LD_PRELOAD=$lib LOCUS_PROFILE=numa LOCUS_NEXT_TOUCH=protect PLACEMENT_NEXT_TOUCH_ONLY=1 "$prog" --require || status=1
 echo "=== placement: locus (LOCUS_NUMA=bind:1)"
 LD_PRELOAD=$lib LOCUS_NUMA=bind:1 "$prog" --require || status=1
 [ $peers = 1 ] || exit $status
