@@ -12,7 +12,8 @@ typedef struct {
     int id;
     long rounds;
     size_t batch, lo, hi;
-    uint64_t seed, asum, fsum;
+    uint64_t seed;
+    ab_sums_t sums;
     ab_team_t *team;
 } arg_t;
 
@@ -29,8 +30,7 @@ static void *worker(void *vp) {
     }
     ab_team_end(a->team);
     free(p);
-    a->asum = asum;
-    a->fsum = fsum;
+    a->sums = (ab_sums_t){asum, fsum};
     return NULL;
 }
 
@@ -55,15 +55,12 @@ int main(int argc, char **argv) {
     bench_name = name;
     arg_t args[a.threads];
     ab_team_t team;
-    for (int t = 0; t < a.threads; t++) args[t] = (arg_t){t, rounds, batch, lo, hi, a.seed, 0, 0, &team};
-    double el, cpu;
-    ab_team_run(&team, a.threads, worker, args, sizeof args[0], &el, &cpu);
-    uint64_t asum = 0, fsum = 0;
-    for (int t = 0; t < a.threads; t++) {
-        asum += args[t].asum;
-        fsum += args[t].fsum;
-    }
-    ab_verify(asum, fsum);
+    for (int t = 0; t < a.threads; t++) args[t] = (arg_t){t, rounds, batch, lo, hi, a.seed, {0, 0}, &team};
+    ab_team_result_t res;
+    ab_team_run(&team, a.threads, worker, args, sizeof args[0], offsetof(arg_t, sums), &res);
+    ab_verify_sums(res.sums);
+    double el = res.el, cpu = res.cpu;
+    uint64_t asum = res.sums.asum;
     double ops = (double)rounds * (double)batch * a.threads;
     bench_result(name, "throughput", ops / el, "ops/s", "higher",
                  "threads=%d batch=%zu rounds=%ld min=%zu max=%zu time_s=%.4f cpu_s=%.4f cpu_ops_per_s=%.4g final_rss_kib=%ld peak_rss_kib=%ld checksum=%016" PRIx64,

@@ -13,7 +13,8 @@
 typedef struct {
     int id;
     size_t nblocks, lo, hi;
-    uint64_t seed, asum, fsum;
+    uint64_t seed;
+    ab_sums_t sums;
     void **keep; /* the third handed to the main thread */
     size_t nkeep;
 } arg_t;
@@ -31,8 +32,7 @@ static void *worker(void *vp) {
     }
     free(p);
     a->nkeep = k;
-    a->asum = asum;
-    a->fsum = fsum;
+    a->sums = (ab_sums_t){asum, fsum};
     return NULL;
 }
 
@@ -47,30 +47,30 @@ int main(int argc, char **argv) {
     pthread_t th[nt];
     arg_t args[nt];
     for (int t = 0; t < nt; t++) args[t].keep = (void **)bench_xmalloc((nblocks / 3 + 1) * sizeof(void *));
-    uint64_t asum = 0, fsum = 0;
-    double t0 = now_s(), c0 = cpu_s();
+    ab_sums_t sums = {0, 0};
+    ab_clock_t clk = ab_clock_start();
     for (long g = 0; g < gens; g++) {
         for (int t = 0; t < nt; t++) {
             void **keep = args[t].keep;
             /* seed (and tags) from the generation and lane: the same blocks under every allocator */
             uint64_t seed = (((uint64_t)g * 64 + (uint64_t)t) << 20) ^ (a.seed & 0xfffff);
-            args[t] = (arg_t){t, nblocks, lo, hi, seed, 0, 0, keep, 0};
+            args[t] = (arg_t){t, nblocks, lo, hi, seed, {0, 0}, keep, 0};
             bench_spawn(&th[t], worker, &args[t]);
         }
         for (int t = 0; t < nt; t++) {
             pthread_join(th[t], NULL);
-            for (size_t i = 0; i < args[t].nkeep; i++) ab_free(args[t].keep[i], &fsum, "ab_churn main");
-            asum += args[t].asum;
-            fsum += args[t].fsum;
+            for (size_t i = 0; i < args[t].nkeep; i++) ab_free(args[t].keep[i], &sums.fsum, "ab_churn main");
+            ab_sums_add(&sums, args[t].sums);
         }
     }
-    double el = now_s() - t0, cpu = cpu_s() - c0;
+    double el, cpu;
+    ab_clock_stop(&clk, &el, &cpu);
     for (int t = 0; t < nt; t++) free(args[t].keep);
-    ab_verify(asum, fsum);
+    ab_verify_sums(sums);
     double ops = (double)gens * (double)nt * (double)nblocks;
     bench_result("ab_churn", "throughput", ops / el, "ops/s", "higher",
                  "threads=%d gens=%ld blocks=%zu threads_created=%ld min=%zu max=%zu time_s=%.4f cpu_s=%.4f "
                  "cpu_ops_per_s=%.4g final_rss_kib=%ld peak_rss_kib=%ld checksum=%016" PRIx64,
-                 nt, gens, nblocks, gens * nt, lo, hi, el, cpu, ops / cpu, bench_rss_kib(), bench_peak_rss_kib(), asum);
+                 nt, gens, nblocks, gens * nt, lo, hi, el, cpu, ops / cpu, bench_rss_kib(), bench_peak_rss_kib(), sums.asum);
     return 0;
 }

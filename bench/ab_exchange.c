@@ -14,7 +14,8 @@ typedef struct {
     long ops;
     size_t nslots, lo, hi;
     _Atomic(void *) *slots;
-    uint64_t seed, asum, fsum;
+    uint64_t seed;
+    ab_sums_t sums;
     ab_team_t *team;
 } arg_t;
 
@@ -31,8 +32,7 @@ static void *worker(void *vp) {
         if (old) ab_free(old, &fsum, "ab_exchange");
     }
     ab_team_end(a->team);
-    a->asum = asum;
-    a->fsum = fsum;
+    a->sums = (ab_sums_t){asum, fsum};
     return NULL;
 }
 
@@ -50,24 +50,21 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < nslots; i++) atomic_init(&slots[i], NULL);
     arg_t args[a.threads];
     ab_team_t team;
-    for (int t = 0; t < a.threads; t++) args[t] = (arg_t){t, ops, nslots, lo, hi, slots, a.seed, 0, 0, &team};
-    double el, cpu;
-    ab_team_run(&team, a.threads, worker, args, sizeof args[0], &el, &cpu);
-    uint64_t asum = 0, fsum = 0;
-    for (int t = 0; t < a.threads; t++) {
-        asum += args[t].asum;
-        fsum += args[t].fsum;
-    }
+    for (int t = 0; t < a.threads; t++) args[t] = (arg_t){t, ops, nslots, lo, hi, slots, a.seed, {0, 0}, &team};
+    ab_team_result_t res;
+    ab_team_run(&team, a.threads, worker, args, sizeof args[0], offsetof(arg_t, sums), &res);
+    double el = res.el, cpu = res.cpu;
+    ab_sums_t sums = res.sums;
     for (size_t i = 0; i < nslots; i++) {
         void *p = atomic_load(&slots[i]);
-        if (p) ab_free(p, &fsum, "ab_exchange final");
+        if (p) ab_free(p, &sums.fsum, "ab_exchange final");
     }
     free(slots);
-    ab_verify(asum, fsum);
+    ab_verify_sums(sums);
     double total = (double)ops * a.threads;
     bench_result(name, "throughput", total / el, "ops/s", "higher",
                  "threads=%d ops=%.0f slots=%zu min=%zu max=%zu time_s=%.4f cpu_s=%.4f cpu_ops_per_s=%.4g "
                  "peak_rss_kib=%ld checksum=%016" PRIx64,
-                 a.threads, total, nslots, lo, hi, el, cpu, total / cpu, bench_peak_rss_kib(), asum);
+                 a.threads, total, nslots, lo, hi, el, cpu, total / cpu, bench_peak_rss_kib(), sums.asum);
     return 0;
 }

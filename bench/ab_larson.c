@@ -19,7 +19,8 @@ typedef struct lane {
     size_t slots, lo, hi;
     void **w;
     rng_t r;
-    uint64_t tag, asum, fsum;
+    uint64_t tag;
+    ab_sums_t sums;
     pthread_mutex_t *mu;
     pthread_cond_t *cv;
     int *running;
@@ -29,7 +30,7 @@ static void *generation(void *vp) {
     lane_t *l = (lane_t *)vp;
     void **w = l->w;
     size_t mask = l->slots - 1;
-    uint64_t tag = l->tag, asum = l->asum, fsum = l->fsum;
+    uint64_t tag = l->tag, asum = l->sums.asum, fsum = l->sums.fsum;
     rng_t r = l->r;
     for (long k = 0; k < l->round; k++) {
         uint64_t x = rng_next(&r);
@@ -38,8 +39,7 @@ static void *generation(void *vp) {
         w[i] = ab_alloc(ab_size(x, l->lo, l->hi), tag++, &asum);
     }
     l->tag = tag;
-    l->asum = asum;
-    l->fsum = fsum;
+    l->sums = (ab_sums_t){asum, fsum};
     l->r = r;
     if (--l->gens_left > 0) {
         /* hand the lane to a fresh thread and exit */
@@ -78,11 +78,11 @@ int main(int argc, char **argv) {
     for (int t = 0; t < a.threads; t++) {
         lane_t *l = &lanes[t];
         *l = (lane_t){t, gens, round, slots, lo, hi, NULL, rng_seed(a.seed + (uint64_t)t * 1000003),
-                      (uint64_t)t << 40, 0, 0, &mu, &cv, &running};
+                      (uint64_t)t << 40, {0, 0}, &mu, &cv, &running};
         l->w = (void **)bench_xmalloc(slots * sizeof(void *));
-        for (size_t i = 0; i < slots; i++) l->w[i] = ab_alloc(ab_size(rng_next(&l->r), lo, hi), l->tag++, &l->asum);
+        for (size_t i = 0; i < slots; i++) l->w[i] = ab_alloc(ab_size(rng_next(&l->r), lo, hi), l->tag++, &l->sums.asum);
     }
-    double t0 = now_s(), c0 = cpu_s();
+    ab_clock_t clk = ab_clock_start();
     for (int t = 0; t < a.threads; t++) {
         pthread_t th;
         pthread_attr_t at;
@@ -95,21 +95,21 @@ int main(int argc, char **argv) {
     pthread_mutex_lock(&mu);
     while (running) pthread_cond_wait(&cv, &mu);
     pthread_mutex_unlock(&mu);
-    double el = now_s() - t0, cpu = cpu_s() - c0;
+    double el, cpu;
+    ab_clock_stop(&clk, &el, &cpu);
     long rss = bench_rss_kib();
-    uint64_t asum = 0, fsum = 0;
+    ab_sums_t sums = {0, 0};
     for (int t = 0; t < a.threads; t++) {
-        for (size_t i = 0; i < slots; i++) ab_free(lanes[t].w[i], &lanes[t].fsum, "ab_larson final");
+        for (size_t i = 0; i < slots; i++) ab_free(lanes[t].w[i], &lanes[t].sums.fsum, "ab_larson final");
         free(lanes[t].w);
-        asum += lanes[t].asum;
-        fsum += lanes[t].fsum;
+        ab_sums_add(&sums, lanes[t].sums);
     }
     free(lanes);
-    ab_verify(asum, fsum);
+    ab_verify_sums(sums);
     double total = (double)gens * (double)round * a.threads;
     bench_result("ab_larson", "throughput", total / el, "ops/s", "higher",
                  "threads=%d slots=%zu round=%ld threads_created=%ld min=%zu max=%zu time_s=%.4f cpu_s=%.4f "
                  "cpu_ops_per_s=%.4g end_rss_kib=%ld peak_rss_kib=%ld checksum=%016" PRIx64,
-                 a.threads, slots, round, gens * a.threads, lo, hi, el, cpu, total / cpu, rss, bench_peak_rss_kib(), asum);
+                 a.threads, slots, round, gens * a.threads, lo, hi, el, cpu, total / cpu, rss, bench_peak_rss_kib(), sums.asum);
     return 0;
 }

@@ -38,12 +38,13 @@ static void marker(const char *m) {
     if (write(2, m, strlen(m)) < 0) bench_fail("io", "cannot write a marker");
 }
 
-typedef struct { int id; uint64_t seed, asum, fsum; } arg_t;
+typedef struct { int id; uint64_t seed; ab_sums_t sums; ab_team_t *team; } arg_t;
 
 static void *worker(void *vp) {
     arg_t *a = vp;
     rng_t r = rng_seed(a->seed + (uint64_t)a->id * 1000003);
     uint64_t tag = (uint64_t)a->id << 40, asum = 0, fsum = 0;
+    ab_team_start(a->team);
     for (long k = 0; k < warm_ops + ops; k++) {
         wait_turn(a->id);
         if (a->id == 0 && k == warm_ops) marker("=====MARK=====\n");
@@ -54,8 +55,8 @@ static void *worker(void *vp) {
         if (a->id == 1 && k == warm_ops + ops - 1) marker("=====END=====\n");
         pass_turn(a->id);
     }
-    a->asum = asum;
-    a->fsum = fsum;
+    ab_team_end(a->team);
+    a->sums = (ab_sums_t){asum, fsum};
     return NULL;
 }
 
@@ -80,18 +81,17 @@ int main(int argc, char **argv) {
     if (lo < 8 || hi < lo || hi > 65535) bench_usage_exit("sizes must satisfy 8 <= --min <= --max <= 65535");
     dl_iterate_phdr(segment, NULL);
     fprintf(stderr, "SYNC %p\n", (void *)&turn);   /* the hand-off's line: not the operation's */
-    arg_t args[2] = {{0, a.seed, 0, 0}, {1, a.seed, 0, 0}};
-    pthread_t t[2];
-    for (int i = 0; i < 2; i++)
-        if (pthread_create(&t[i], NULL, worker, &args[i])) bench_fail("thread", "pthread_create failed");
-    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-    uint64_t asum = args[0].asum + args[1].asum, fsum = args[0].fsum + args[1].fsum;
+    ab_team_t team;
+    arg_t args[2] = {{0, a.seed, {0, 0}, &team}, {1, a.seed, {0, 0}, &team}};
+    ab_team_result_t res;   /* the times are not reported: see the top */
+    ab_team_run(&team, 2, worker, args, sizeof args[0], offsetof(arg_t, sums), &res);
+    ab_sums_t sums = res.sums;
     for (size_t i = 0; i < 4096; i++) {
         void *p = atomic_load(&slots[i]);
-        if (p) ab_free(p, &fsum, "ab_lockstep final");
+        if (p) ab_free(p, &sums.fsum, "ab_lockstep final");
     }
-    ab_verify(asum, fsum);
+    ab_verify_sums(sums);
     bench_result("ab_lockstep", "operations", (double)ops * 2, "ops", "higher",
-                 "warm=%ld min=%zu max=%zu checksum=%016" PRIx64, warm_ops, lo, hi, asum);
+                 "warm=%ld min=%zu max=%zu checksum=%016" PRIx64, warm_ops, lo, hi, sums.asum);
     return 0;
 }

@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
     rng_t r = rng_seed(a.seed);
     uint64_t tag = 0, asum = 0;
     pthread_t th;
-    double t0 = now_s(), c0 = cpu_s();
+    ab_clock_t clk = ab_clock_start();
     bench_spawn(&th, consumer, &c);
     for (long k = 0; k < c.nbatches; k++) {
         int b = bq_pop(&c.empty);
@@ -105,7 +105,8 @@ int main(int argc, char **argv) {
         bq_push(&c.full, b);
     }
     pthread_join(th, NULL);
-    double el = now_s() - t0, cpu = cpu_s() - c0;
+    double el, cpu;
+    ab_clock_stop(&clk, &el, &cpu);
     ab_verify(asum, c.fsum);
     for (size_t b = 0; b < nb; b++) free(c.batches[b]);
     free(c.batches);

@@ -13,7 +13,8 @@ typedef struct {
     int id;
     long iters;
     size_t slots, lo, hi;
-    uint64_t seed, asum, fsum;
+    uint64_t seed;
+    ab_sums_t sums;
     ab_team_t *team;
 } arg_t;
 
@@ -34,8 +35,7 @@ static void *worker(void *vp) {
     ab_team_end(a->team);
     for (size_t i = 0; i < a->slots; i++) ab_free(w[i], &fsum, "ab_random final");
     free(w);
-    a->asum = asum;
-    a->fsum = fsum;
+    a->sums = (ab_sums_t){asum, fsum};
     return NULL;
 }
 
@@ -51,15 +51,12 @@ int main(int argc, char **argv) {
     bench_name = name;
     arg_t args[a.threads];
     ab_team_t team;
-    for (int t = 0; t < a.threads; t++) args[t] = (arg_t){t, iters, slots, lo, hi, a.seed, 0, 0, &team};
-    double el, cpu;
-    ab_team_run(&team, a.threads, worker, args, sizeof args[0], &el, &cpu);
-    uint64_t asum = 0, fsum = 0;
-    for (int t = 0; t < a.threads; t++) {
-        asum += args[t].asum;
-        fsum += args[t].fsum;
-    }
-    ab_verify(asum, fsum);
+    for (int t = 0; t < a.threads; t++) args[t] = (arg_t){t, iters, slots, lo, hi, a.seed, {0, 0}, &team};
+    ab_team_result_t res;
+    ab_team_run(&team, a.threads, worker, args, sizeof args[0], offsetof(arg_t, sums), &res);
+    ab_verify_sums(res.sums);
+    double el = res.el, cpu = res.cpu;
+    uint64_t asum = res.sums.asum;
     double ops = (double)iters * a.threads;
     bench_result(name, "throughput", ops / el, "ops/s", "higher",
                  "threads=%d iters=%ld slots=%zu min=%zu max=%zu time_s=%.4f cpu_s=%.4f cpu_ops_per_s=%.4g peak_rss_kib=%ld checksum=%016" PRIx64,

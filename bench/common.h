@@ -17,6 +17,7 @@
 
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
@@ -450,28 +451,61 @@ static inline void bench_spawn(pthread_t *t, void *(*fn)(void *), void *arg) {
     if (e) bench_fail("pthread", "pthread_create: %s", strerror(e));
 }
 
+/* Wall and CPU time of a timed section (the ab_* workloads report both: see
+ * cpu_s). */
+typedef struct { double t0, c0; } ab_clock_t;
+static inline ab_clock_t ab_clock_start(void) {
+    ab_clock_t c;
+    c.t0 = now_s();
+    c.c0 = cpu_s();
+    return c;
+}
+static inline void ab_clock_stop(const ab_clock_t *c, double *el, double *cpu) {
+    *el = now_s() - c->t0;
+    *cpu = cpu_s() - c->c0;
+}
+
+/* A worker's checksums: of the blocks it allocated (ab_alloc) and of those
+ * it freed (ab_free); a workload adds up its workers' and checks the totals
+ * with ab_verify_sums. */
+typedef struct { uint64_t asum, fsum; } ab_sums_t;
+static inline void ab_sums_add(ab_sums_t *total, ab_sums_t s) {
+    total->asum += s.asum;
+    total->fsum += s.fsum;
+}
+static inline void ab_verify_sums(ab_sums_t s) { ab_verify(s.asum, s.fsum); }
+
 /* A timed team of worker threads (the ab_* workloads): every worker calls
  * ab_team_start() when it is ready and ab_team_end() when its timed work is
- * done; ab_team_run() spawns n workers on the n elements (`size` bytes each)
- * of `args`, times from the moment all have started to the moment all have
- * ended (wall time in *el, CPU time of the process in *cpu) and joins them. */
+ * done, and leaves its checksums in an ab_sums_t of its argument.
+ * ab_team_run() spawns n workers on the n elements (`size` bytes each) of
+ * `args`, times from the moment all have started to the moment all have
+ * ended (wall time in r->el, CPU time of the process in r->cpu), joins them
+ * and adds up their checksums (the ab_sums_t at `sums_at` in each element)
+ * into r->sums. */
 typedef struct { pthread_barrier_t start, end; } ab_team_t;
+typedef struct { double el, cpu; ab_sums_t sums; } ab_team_result_t;
 static inline void ab_team_start(ab_team_t *tm) { pthread_barrier_wait(&tm->start); }
 static inline void ab_team_end(ab_team_t *tm) { pthread_barrier_wait(&tm->end); }
 static inline void ab_team_run(ab_team_t *tm, int n, void *(*fn)(void *), void *args, size_t size,
-                               double *el, double *cpu) {
+                               size_t sums_at, ab_team_result_t *r) {
     pthread_t th[n];
     pthread_barrier_init(&tm->start, NULL, (unsigned)n + 1);
     pthread_barrier_init(&tm->end, NULL, (unsigned)n + 1);
     for (int t = 0; t < n; t++) bench_spawn(&th[t], fn, (char *)args + (size_t)t * size);
     pthread_barrier_wait(&tm->start);
-    double t0 = now_s(), c0 = cpu_s();
+    ab_clock_t c = ab_clock_start();
     pthread_barrier_wait(&tm->end);
-    *el = now_s() - t0;
-    *cpu = cpu_s() - c0;
+    ab_clock_stop(&c, &r->el, &r->cpu);
     for (int t = 0; t < n; t++) pthread_join(th[t], NULL);
     pthread_barrier_destroy(&tm->start);
     pthread_barrier_destroy(&tm->end);
+    r->sums = (ab_sums_t){0, 0};
+    for (int t = 0; t < n; t++) {
+        ab_sums_t s;
+        memcpy(&s, (const char *)args + (size_t)t * size + sums_at, sizeof s);
+        ab_sums_add(&r->sums, s);
+    }
 }
 
 #endif

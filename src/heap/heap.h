@@ -26,8 +26,8 @@
  * freed is the next one handed out, still in cache), and `thread_free`, where
  * other threads push with one CAS on the run (never on the heap). When `free`
  * runs out the owner takes `thread_free` whole. (mimalloc's third list, the
- * owner's frees apart from `free`, cost 5 more instructions per malloc+free
- * pair and more cache misses here: docs/design.md.) Both lists are linked
+ * owner's frees apart from `free`, cost more instructions per malloc+free
+ * pair and more cache misses here: docs/notes/.) Both lists are linked
  * through word 0 and every block on them carries the freed tag in word 1.
  *
  * thread_free packs the head pointer (bits 0-47), the number of blocks on the
@@ -52,8 +52,8 @@
  * page is carved, which every free reads (its owner's and other threads'),
  * then the lists and counts that malloc, the owner's run frees and remote
  * frees write. On one line, another thread's free read a line that the
- * owner's pops and frees kept taking back: bench_ab_exchange at 2 threads,
- * paired runs, 1.02-1.05x with the split (docs/design.md). */
+ * owner's pops and frees kept taking back; the split made the two-thread
+ * exchange benchmark faster (docs/notes/). */
 typedef struct run_s {
   /* shape */
   uint32_t bsize;
@@ -134,9 +134,9 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
  *
  * A thread's exit keeps its own blocks cached, for the thread that adopts
  * the heap (thread churn: no walk at exit, and a warm start), and sends the
- * others' back to their owners (small_cache_exit): kept too, those made
- * bench_ab_larson, whose threads start their successor before they exit,
- * 0.76-0.85x as fast.
+ * others' back to their owners (small_cache_exit): kept too, those slowed
+ * down programs whose threads start their successor before they exit (the
+ * Larson server pattern; docs/notes/).
  *
  * A free that finds its class's list full gives the whole cache (every
  * class) back and turns it off (room = 0), each class until its next malloc
@@ -425,10 +425,10 @@ enum { HEAP_IDLE = 0, HEAP_POPPING = 1, HEAP_PROBED = 2 };
 #define HEAP_IDLE_NS (10 * 1000 * 1000ull)
 /* The take-back of an idle owner's current runs (reclaim_current); build
  * with -DLOCUS_RECLAIM_CURRENT=0 to leave an idle owner its current runs
- * (at most one per class). It was off for a while: with HEAP_IDLE_NS at 0,
- * `bench_random_exchange --max-size 64 --quick` failed 3 to 8 runs in 30 in
- * the -O0 build. The cause was not this protocol but run_used_dec reading
- * `used` back after its store (see there); 0 in 60 since. */
+ * (at most one per class). It was off for a while after failures in the -O0
+ * build with HEAP_IDLE_NS at 0; the cause was not this protocol but
+ * run_used_dec reading `used` back after its store (see there; the history
+ * is in docs/notes/). */
 #ifndef LOCUS_RECLAIM_CURRENT
 #define LOCUS_RECLAIM_CURRENT 1
 #endif

@@ -10,9 +10,8 @@
  * 12.5% between 256 B and 1 KiB. The finer steps there are for reuse: a block
  * handed out again mostly serves a request of another size in its class, and
  * the last line the new owner writes is the one the last owner wrote (still
- * cached) less often when the class is wide (cachegrind, bench_ab_random 1t,
- * 513 B - 1 KiB: 2.39 M write misses in a 512 KiB second level against
- * tcmalloc's 1.56 M, with 128-byte steps; docs/design.md).
+ * cached) less often when the class is wide (more second-level write misses
+ * with 128-byte steps; the measurement is in docs/notes/).
  *
  * A run is the heap's current run for its class (RUN_ACTIVE, in cur[]),
  * partially used (RUN_ACTIVE, in partial[], oldest first so that a run has
@@ -175,10 +174,10 @@ static inline void cache_class_on(tcache_t *t) {
  * the pop window keeps other threads from taking the run back
  * (reclaim_current), as for a pop. NULL otherwise. A class's cache turned
  * off by an overflow comes on here as at a slow path (each carve was one):
- * left off until the run was used up, bench_ab_larson ran 0.86-0.97x
- * (paired, 7-11 rounds). Against a slow path per carve (the carve then
- * doubled to make them fewer): the bulk batch paired 1.03-1.07x, 5 % fewer
- * first-level read misses (cachegrind). */
+ * left off until the run was used up, a thread-churning workload ran
+ * slower. Against a slow path per carve (the carve then doubled to make
+ * them fewer) the bulk batch is faster and misses the first-level cache
+ * less (figures in docs/notes/). */
 void *small_carve_pop(heap_t *h, unsigned cls) {
   run_t *run = heap_cur(h, cls);
   if (run->carved >= run->capacity ||       /* the sentinel too: capacity 0 */
@@ -449,7 +448,7 @@ static bool chunk_only_empty_current(heap_t *h, chunk_t *c) {
  * unless every run of its chunk is an emptied current run and the heap has
  * a spare chunk: then they are all retired and the chunk goes back (a thread
  * that allocated a set and freed it keeps no chunk for its current runs:
- * 24 MiB of 7 chunks in bench_ab_omp's serial phase). The next malloc of a
+ * an OpenMP program's serial phase kept several chunks that way). The next malloc of a
  * class takes the spare; with no spare left, the rule no longer applies. */
 NOINLINE void small_free_emptied(heap_t *h, chunk_t *c, run_t *run) {
   heap_lock(h);
@@ -499,7 +498,8 @@ static void reclaim_current(heap_t *h) {
   if (!LOCUS_RECLAIM_CURRENT) return;  /* built without it (heap.h) */
   /* Idle means idle for HEAP_IDLE_NS: a producer waiting on a full ring is
    * idle for microseconds, and taking its runs at every look cost a
-   * membarrier and up to a run refill per class each time (small_ring 0.76x). */
+   * membarrier and up to a run refill per class each time (a ring benchmark
+   * ran markedly slower). */
   uint64_t now = os_clock_coarse_ns();
   if (now - h->probe_ns < HEAP_IDLE_NS) return;
   unsigned v = __atomic_load_n(&h->pop, __ATOMIC_ACQUIRE);

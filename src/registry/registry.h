@@ -54,8 +54,8 @@ static ALWAYS_INLINE uintptr_t registry_find(const void *p) {
   uintptr_t in = atomic_load_explicit(&e->inside, memory_order_acquire);
   uintptr_t cv = atomic_load_explicit(&e->cover, memory_order_acquire);
   /* a >= start of `inside`, without a branch (a block is as likely below a
-   * chunk starting in its slice as above: a branch mispredicts, 156 K times
-   * in 850 K remote frees of bench_ab_exchange); an empty `inside` (0)
+   * chunk starting in its slice as above: a branch mispredicts often on
+   * remote frees); an empty `inside` (0)
    * gives 0 - 1, above every address. */
   uintptr_t above = (uintptr_t)0 - (uintptr_t)(a > (in & ~REG_KIND_MASK) - 1);   /* all ones or 0 */
   return (in & above) | (cv & ~above);   /* a select GCC does not turn back into a branch */

@@ -7,14 +7,14 @@
 #  2. steady2.sh in a 1 GiB guest (2 x 512 MiB)    -> guest-steady2-1g.log
 #  3. steady2.sh in a 2 GiB guest (2 x 1 GiB)      -> guest-steady2-2g.log
 img=$(bash scripts/kernel.sh image) || exit 1
-R=results/2026-11-22-kernel-steady
+R=results/2026-11-22-kernel-steady T=tools/results/2026-11-22-kernel-steady
 old=${OLD_LIB:-build-rel/liblocus.so} new=${NEW_LIB:-build-rel2/liblocus.so}
 gcc -O2 -Wall -static -o /tmp/kreuse_prt tests/kernel/page_reuse_test.c || exit 1
 gcc -O2 -Wall -o /tmp/kreuse_calloc tests/kernel/calloc_test.c || exit 1
-gcc -O2 -shared -fPIC -o /tmp/kreuse_shim.so $R/syscall_shim.c -ldl || exit 1
+gcc -O2 -shared -fPIC -o /tmp/kreuse_shim.so $T/syscall_shim.c -ldl || exit 1
 files=(--file /tmp/kreuse_prt:/page_reuse_test --file "$new:/liblocus.so" --file "$old:/liblocus-old.so"
        --file /tmp/kreuse_shim.so:/shim.so --file /tmp/kreuse_calloc:/calloc_test
-       --file build-rel/bench/bench_timestep:/timestep --file build-rel/bench/bench_hera:/hera --file $R/steady2.sh:/steady2.sh)
+       --file build-rel/bench/bench_timestep:/timestep --file build-rel/bench/bench_hera:/hera --file $T/steady2.sh:/steady2.sh)
 if [ "${SKIP_CALLOC:-0}" != 1 ]; then
 bash tests/numa/guest/run.sh --nodes 2 --cpus 2 --mem-per-node 512M --timeout 600 --kernel "$img" "${files[@]}" -- /bin/sh -c '
   echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
