@@ -66,6 +66,10 @@ WORKLOADS = [
     ("ab_cxx", "ab_cxx", []),
     ("ab_omp", "ab_omp", []),
     ("phased", "phased", []),
+    # The adaptive controller's cases (issue 28): cross-thread small-object
+    # bursts with pauses and idle spells; a working set that changes size.
+    ("ab_bursty", "ab_bursty", []),
+    ("ab_phases", "ab_phases", []),
     ("stencil", "stencil", []),
 ]
 
