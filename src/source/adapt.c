@@ -123,6 +123,13 @@ static void publish(adapt_learn_t *l, adapt_kind_t k) {
     atomic_store_explicit(&l->window_ns, w, memory_order_relaxed);
 }
 
+/* A re-map this soon after a release is a regret: within the kind's window
+ * (the time the memory would have been kept) or ADAPT_REGRET_NS. */
+static uint64_t regret_horizon(const adapt_learn_t *l, adapt_kind_t k) {
+  uint64_t w = window_of(l, k);
+  return w > ADAPT_REGRET_NS ? w : ADAPT_REGRET_NS;
+}
+
 void adapt_hit(adapt_t *a, adapt_kind_t k, uint64_t cached_ns, uint64_t now) {
   adapt_learn_t *l = &a->k[k];
   uint64_t d = now > cached_ns ? now - cached_ns : 0;
@@ -134,7 +141,7 @@ void adapt_hit(adapt_t *a, adapt_kind_t k, uint64_t cached_ns, uint64_t now) {
 
 void adapt_miss(adapt_t *a, adapt_kind_t k, size_t size, uint64_t now) {
   adapt_learn_t *l = &a->k[k];
-  if (!l->last_decay_bytes || l->last_decay_ns + ADAPT_REGRET_NS < now || l->last_decay_bytes < size / 2) return;
+  if (!l->last_decay_bytes || l->last_decay_ns + regret_horizon(l, k) < now || l->last_decay_bytes < size / 2) return;
   /* The distance this reuse would have needed: since the released memory was cached. */
   uint64_t r = now > l->last_decay_cached_ns ? now - l->last_decay_cached_ns : 0, cap = kind_max(k) / ADAPT_WINDOW_FACTOR;
   if (r < 2 * l->reuse_ns) r = 2 * l->reuse_ns;   /* at least double: the measure fell short */
@@ -150,7 +157,7 @@ void adapt_released(adapt_t *a, adapt_kind_t k, size_t bytes, uint64_t cached_ns
   adapt_learn_t *l = &a->k[k];
   /* Decays within the regret horizon add up: a miss is compared with all
    * the memory of its kind released lately, not only the latest piece. */
-  if (l->last_decay_ns + ADAPT_REGRET_NS < now || !l->last_decay_bytes) {
+  if (l->last_decay_ns + regret_horizon(l, k) < now || !l->last_decay_bytes) {
     l->last_decay_bytes = 0;
     l->last_decay_cached_ns = cached_ns;   /* the oldest released lately */
   }
