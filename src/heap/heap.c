@@ -293,6 +293,10 @@ void heap_adapt_tick(heap_t *h) {
   adapt_tick(now);
 }
 
+NOINLINE void heap_cache_tick(heap_t *h) {
+  if ((++h->cache_ticks & 31) == 0) heap_adapt_tick(h);
+}
+
 void heap_collect(heap_t *h) {
   heap_drain_remote(h);
   heap_lock(h);
