@@ -504,12 +504,14 @@ static ALWAYS_INLINE void tcache_push(tcache_t *t, void *p, uintptr_t tag) {
  * not touched: the block stays counted in `used`). */
 static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
   tcache_t *t = &h->cache[run->cls];
-  if (likely(t->room)) {
+  uint32_t room = t->room;
+  if (likely(room)) {
     tcache_push(t, p, tag);
     /* A program whose blocks all come and go through the cache makes no
      * slow-path call: the adaptive controller still gets its tick, when a
-     * class's list length crosses a multiple of 16 (a test of a register). */
-    if (unlikely(!(t->room & 15))) heap_cache_tick(h);
+     * class's list length crosses a multiple of 64 (a test of the register
+     * loaded above: two instructions). */
+    if (unlikely(!(room & 63))) heap_cache_tick(h);
     return;
   }
   if (!t->head) {                      /* off, or LOCUS_THREAD_CACHE=0 */
