@@ -8,10 +8,12 @@
  *    about 0.45 s), within [ADAPT_WINDOW_MIN_NS, the kind's maximum]:
  *    ADAPT_WINDOW_MAX_NS for large segments, ADAPT_CHUNK_WINDOW_MAX_NS for
  *    chunks. Segments older than their kind's window go back to the OS,
- *    oldest first.
+ *    oldest first; a chunk only at a second look, ADAPT_CHUNK_GRACE_NS after
+ *    a tick first found it stale (source_decay).
  *  - A miss of a kind (a fresh mapping: page faults and system calls) within
- *    ADAPT_REGRET_NS of a decay of that kind, for at most twice the bytes
- *    released and not yet taken back, is a regret: the program reuses at a
+ *    the kind's window (at least ADAPT_REGRET_NS) after a decay of that kind,
+ *    for at most twice the bytes released and not yet taken back, is a
+ *    regret: the program reuses at a
  *    longer distance than measured: the distance since the released memory
  *    was cached counts as an observed one, and the measured distance at
  *    least doubles. Each regret takes back the bytes it re-maps, so every
@@ -30,7 +32,8 @@
  *    previous sample. The ledger does not hold memory against pressure.
  *
  * Nothing runs in the background: the sources call adapt_tick on their slow
- * paths and the heaps on theirs (every 32nd run refill or medium allocation).
+ * paths and the heaps on theirs (every 32nd run refill or medium allocation,
+ * and every 32nd heap_cache_tick of the thread cache's frees).
  * The pressure files are read at most every ADAPT_SAMPLE_NS, by one thread
  * (the one that wins the time stamp). */
 #include "source/adapt.h"

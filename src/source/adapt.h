@@ -16,7 +16,7 @@
 #define ADAPT_WINDOW_MIN_NS (100ull * 1000000)  /* a cached segment lives at least this long */
 #define ADAPT_WINDOW_MAX_NS (500ull * 1000000)  /* ... and a large segment at most this long without reuse */
 #define ADAPT_CHUNK_WINDOW_MAX_NS (2000ull * 1000000)  /* ... a heap chunk at most this long */
-#define ADAPT_REGRET_NS (1000ull * 1000000)     /* a kind re-mapped this soon after a decay: a regret */
+#define ADAPT_REGRET_NS (1000ull * 1000000)     /* a kind re-mapped within its window, at least this, after a decay: a regret */
 #define ADAPT_CHUNK_GRACE_NS ADAPT_WINDOW_MIN_NS  /* a stale chunk goes only when still stale this much later */
 #define ADAPT_WINDOW_FACTOR 4                   /* window = factor x observed reuse distance */
 #define ADAPT_TICK_NS (10ull * 1000000)         /* a source looks for stale segments at most this often */
@@ -37,7 +37,7 @@ typedef struct {
   uint64_t last_decay_cached_ns; /* ... and when the oldest of it had been cached */
   size_t run_decayed, run_regretted;  /* the ledger: bytes released, bytes of them taken back */
   _Atomic uint64_t window_ns;  /* current decay window (report) */
-  atomic_size_t regrets;       /* releases taken back within ADAPT_REGRET_NS (report) */
+  atomic_size_t regrets;       /* misses that took back released bytes within the regret horizon (report) */
 } adapt_learn_t;
 
 /* Per-source state; the fields the report reads are atomics. Other fields
