@@ -1,7 +1,7 @@
 /* Phase-change workload whose working set changes size several times (the
  * auto profile's second case, issue 28): --phases "48,4,96,8,32,2" (MiB), each
- * held for --phase-ms (1500) ms. In a phase one thread keeps live blocks of
- * random sizes 16 B - 16 KiB (small and medium objects; written whole, the
+ * held for --phase-ms (1500) ms (--quick: "16,2,8", 1100 ms). In a phase
+ * one thread keeps live blocks of random sizes 16 B - 16 KiB (small and medium objects; written whole, the
  * two end words marked) totalling the phase's size; every millisecond it
  * replaces 1/1024 of them at random (free + malloc of a new random size),
  * every tenth also allocates, touches (a word per page) and frees a
@@ -52,10 +52,10 @@ static long minflt(void) {
 
 int main(int argc, char **argv) {
     bench_args_t a = bench_parse(argc, argv, "ab_phases");
-    const char *spec = "48,4,96,8,32,2";
+    const char *spec = a.quick ? "16,2,8" : "48,4,96,8,32,2";
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--phases")) spec = argv[i + 1];
-    uint64_t phase_ms = bench_opt_u64(&a, "--phase-ms", a.quick ? 1200 : 1500);
+    uint64_t phase_ms = bench_opt_u64(&a, "--phase-ms", a.quick ? 1100 : 1500);
     if (phase_ms < 1100) bench_usage_exit("--phase-ms must be at least 1100 (RSS is read 1 s into a phase)");
     size_t lo = 16, hi = 16384;
     rng_t r = rng_seed(a.seed);
