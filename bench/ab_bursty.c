@@ -6,9 +6,10 @@
  * the same round (--lag 0, the default) or in the round before (--lag 1: two
  * batches live). Between rounds both threads pause --pause-us (2,000 us,
  * 0 for none), and after every --idle-every'th round (50; 0: never) they
- * idle --idle-us (700,000 us: longer than the auto profile's longest decay
- * window, as a server between bursts of requests). So each thread's memory is freed by the other thread, in
- * bursts, and the program's footprint drops between rounds only as far as
+ * idle --idle-us (700,000 us: longer than any window of the auto profile
+ * before issue 28, 500 ms; a server between bursts of requests). So each
+ * thread's memory is freed by the other thread, in bursts, and the
+ * program's footprint drops between rounds only as far as
  * the allocator gives it back: an allocator that returns memory during the
  * pause pays to fault it in again at the next round. What is left after the
  * last round is freed after the timed region. Metric: operations per CPU
