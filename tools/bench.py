@@ -105,6 +105,8 @@ WORKLOADS = [
     W("ab_cxx", "ab_cxx", family=SMALL, default=["--ops", "6000000"]),
     W("ab_omp", "ab_omp", family=MEMORY, default=["--scale", "4"], memory=True),
     W("phased", "phased", family=MEMORY, memory=True),
+    W("ab_bursty", "ab_bursty", family=THREADS),
+    W("ab_phases", "ab_phases", family=MEMORY),
     W("stencil", "stencil", family=SYSTEM),
 ]
 FAMILIES = [LARGE, SMALL, THREADS, MEMORY, SYSTEM]

@@ -249,7 +249,8 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   } else {
     /* Before new memory: what exited threads' heaps got back may be enough. */
     heaps_collect_orphans(false);     /* h->lock may be held: never wait for heaps_lock */
-    c = (chunk_t *)source_alloc(heap_source(h), size, kind == REGION_SMALL ? SRC_EXACT | SRC_ALIGNED : SRC_EXACT);
+    c = (chunk_t *)source_alloc(heap_source(h), size,
+                                SRC_CHUNK | (kind == REGION_SMALL ? SRC_EXACT | SRC_ALIGNED : SRC_EXACT));
     if (!c) return NULL;
     c->r.node = (uint8_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
   }
@@ -275,19 +276,27 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   return c;
 }
 
-/* Auto profile: an unused spare chunk is kept at most the longest decay
- * window, then goes to its source (where it decays like any segment); then
- * the sources' controller runs. */
+/* Auto profile: an unused spare chunk is kept the longer of the large
+ * segments' longest window and its source's chunk window, then goes to its
+ * source (where it decays like any chunk); then the sources' controller
+ * runs. */
 void heap_adapt_tick(heap_t *h) {
   if (h == &locus_oom_heap || !adapt_active()) return;
   uint64_t now = adapt_now();
-  if (h->spare && h->spare_ns + ADAPT_WINDOW_MAX_NS < now) {
+  uint64_t keep = h->spare ? atomic_load_explicit(&h->spare->r.source->adapt.k[ADAPT_CHUNK].window_ns,
+                                                  memory_order_relaxed) : 0;
+  if (keep < ADAPT_WINDOW_MAX_NS) keep = ADAPT_WINDOW_MAX_NS;
+  if (h->spare && h->spare_ns + keep < now) {
     chunk_t *c = h->spare;
     h->spare = NULL;
     registry_remove(&c->r);
     source_free(&c->r);
   }
   adapt_tick(now);
+}
+
+NOINLINE void heap_cache_tick(heap_t *h) {
+  if ((++h->cache_ticks & 31) == 0) heap_adapt_tick(h);
 }
 
 void heap_collect(heap_t *h) {

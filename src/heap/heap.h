@@ -203,6 +203,7 @@ typedef struct heap_s {
   int node;
   int state;                   /* heap_state_t */
   unsigned debug_ticks;        /* LOCUS_DEBUG: slow-path operations since the last validation */
+  unsigned cache_ticks;        /* the thread cache's calls to heap_cache_tick */
   /* statistics, relaxed atomics: the owner writes, reports read */
   atomic_size_t st_chunk_bytes;    /* bytes of chunks held */
   atomic_size_t st_large_bytes;    /* live large blocks allocated by this heap's threads */
@@ -321,6 +322,9 @@ void heap_validate(heap_t *h);
  * auto profile decays cached memory without a thread of its own), and the
  * debug build validates the heap every 256th. One increment otherwise. */
 void heap_adapt_tick(heap_t *h);
+/* The thread cache's share of the ticks (small_free_local): every 32nd call
+ * gives the controller its tick, without the debug build's validation. */
+void heap_cache_tick(heap_t *h);
 static inline void heap_debug_tick(heap_t *h) {
   unsigned t = ++h->debug_ticks;
   if (unlikely((t & 31) == 0)) heap_adapt_tick(h);
@@ -511,8 +515,14 @@ static ALWAYS_INLINE void tcache_push(tcache_t *t, void *p, uintptr_t tag) {
  * not touched: the block stays counted in `used`). */
 static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, void *p, uintptr_t tag) {
   tcache_t *t = &h->cache[run->cls];
-  if (likely(t->room)) {
+  uint32_t room = t->room;
+  if (likely(room)) {
     tcache_push(t, p, tag);
+    /* A program whose blocks all come and go through the cache makes no
+     * slow-path call: the adaptive controller still gets its tick, when a
+     * class's list length crosses a multiple of 64 (a test of the register
+     * loaded above: two instructions). */
+    if (unlikely(!(room & 63))) heap_cache_tick(h);
     return;
   }
   if (!t->head) {                      /* off, or LOCUS_THREAD_CACHE=0 */

@@ -1,27 +1,39 @@
-/* The adaptive controller (LOCUS_PROFILE=auto). The rule, per memory source:
+/* The adaptive controller (LOCUS_PROFILE=auto). The rule, per memory source
+ * and per kind of cached memory (heap chunks; large segments):
  *
  *  - A cached segment is kept while it is likely to be asked for again: the
- *    window is ADAPT_WINDOW_FACTOR times the reuse distance observed on the
- *    source's hits (the time between a segment's caching and its reuse; a
+ *    kind's window is ADAPT_WINDOW_FACTOR times the reuse distance observed
+ *    on its hits (the time between a segment's caching and its reuse; a
  *    maximum that decays by 1/64 per tick of the source, a half-life of
- *    about 0.45 s), within [ADAPT_WINDOW_MIN_NS, ADAPT_WINDOW_MAX_NS]. Segments older than the window go back to the OS,
- *    oldest first.
- *  - A miss (a fresh mapping: page faults and system calls) for at least half
- *    the bytes a decay released within the longest window is a regret: the
- *    program reuses at a longer distance than measured: the distance since
- *    the released memory was cached counts as an observed one, and the
- *    measured distance at least doubles. Growth by mremap (of a cached
+ *    about 0.45 s), within [ADAPT_WINDOW_MIN_NS, the kind's maximum]:
+ *    ADAPT_WINDOW_MAX_NS for large segments, ADAPT_CHUNK_WINDOW_MAX_NS for
+ *    chunks. Segments older than their kind's window go back to the OS,
+ *    oldest first; a chunk only at a second look, ADAPT_CHUNK_GRACE_NS after
+ *    a tick first found it stale (source_decay).
+ *  - A miss of a kind (a fresh mapping: page faults and system calls) within
+ *    the kind's window (at least ADAPT_REGRET_NS) after a decay of that kind,
+ *    for at most twice the bytes released and not yet taken back, is a
+ *    regret: the program reuses at a
+ *    longer distance than measured: the distance since the released memory
+ *    was cached counts as an observed one, and the measured distance at
+ *    least doubles. Each regret takes back the bytes it re-maps, so every
+ *    released chunk mapped again counts once. Growth by mremap (of a cached
  *    segment or of a live block) counts as a miss for its new tail.
+ *  - The ledger: while at least half of the bytes a kind's decays released
+ *    over the run came back as regrets, releasing that kind costs more page
+ *    faults than it saves resident memory: its reuse distance stops decaying
+ *    (the window stays where the regrets put it) until the balance turns.
  *  - Memory pressure bounds the cache: at most half of the headroom left (the
  *    smaller of MemAvailable and the cgroup's limit minus its usage, less our
  *    own growth since the sample, less a reserve); PSI "some avg10" of
  *    ADAPT_PSI_HIGH or more, or a headroom under the reserve, releases every
  *    cached byte at once, and so does a fresh mapping that would eat into the
  *    reserve, and so does a cgroup v2 "oom" event (memory.events) since the
- *    previous sample.
+ *    previous sample. The ledger does not hold memory against pressure.
  *
  * Nothing runs in the background: the sources call adapt_tick on their slow
- * paths and the heaps on theirs (every 32nd run refill or medium allocation).
+ * paths and the heaps on theirs (every 32nd run refill or medium allocation,
+ * and every 32nd heap_cache_tick of the thread cache's frees).
  * The pressure files are read at most every ADAPT_SAMPLE_NS, by one thread
  * (the one that wins the time stamp). */
 #include "source/adapt.h"
@@ -96,29 +108,83 @@ static void sample(uint64_t now) {
                         memory_order_relaxed);
 }
 
-uint64_t adapt_window(const adapt_t *a) {
-  uint64_t w = a->reuse_ns * ADAPT_WINDOW_FACTOR;
-  return w < ADAPT_WINDOW_MIN_NS ? ADAPT_WINDOW_MIN_NS : w > ADAPT_WINDOW_MAX_NS ? ADAPT_WINDOW_MAX_NS : w;
+static uint64_t kind_max(adapt_kind_t k) {
+  return k == ADAPT_CHUNK ? ADAPT_CHUNK_WINDOW_MAX_NS : ADAPT_WINDOW_MAX_NS;
 }
 
-void adapt_hit(adapt_t *a, uint64_t cached_ns, uint64_t now) {
+static uint64_t window_of(const adapt_learn_t *l, adapt_kind_t k) {
+  uint64_t w = l->reuse_ns * ADAPT_WINDOW_FACTOR, max = kind_max(k);
+  return w < ADAPT_WINDOW_MIN_NS ? ADAPT_WINDOW_MIN_NS : w > max ? max : w;
+}
+
+uint64_t adapt_window(const adapt_t *a, adapt_kind_t k) { return window_of(&a->k[k], k); }
+
+/* The report's copy, written only when it moved (it is read by other threads). */
+static void publish(adapt_learn_t *l, adapt_kind_t k) {
+  uint64_t w = window_of(l, k);
+  if (atomic_load_explicit(&l->window_ns, memory_order_relaxed) != w)
+    atomic_store_explicit(&l->window_ns, w, memory_order_relaxed);
+}
+
+/* A re-map this soon after a release is a regret: within the kind's window
+ * (the time the memory would have been kept) or ADAPT_REGRET_NS. */
+static uint64_t regret_horizon(const adapt_learn_t *l, adapt_kind_t k) {
+  uint64_t w = window_of(l, k);
+  return w > ADAPT_REGRET_NS ? w : ADAPT_REGRET_NS;
+}
+
+void adapt_hit(adapt_t *a, adapt_kind_t k, uint64_t cached_ns, uint64_t now) {
+  adapt_learn_t *l = &a->k[k];
   uint64_t d = now > cached_ns ? now - cached_ns : 0;
-  uint64_t r = a->reuse_ns;            /* decays with time, in source_decay */
-  if (d <= r) return;                   /* nothing learnt: the shared line is left alone */
-  if (d > ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR) d = ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR;
-  a->reuse_ns = d;
-  atomic_store_explicit(&a->window_ns, adapt_window(a), memory_order_relaxed);
+  if (d <= l->reuse_ns) return;         /* nothing learnt: the shared line is left alone */
+  uint64_t cap = kind_max(k) / ADAPT_WINDOW_FACTOR;
+  l->reuse_ns = d > cap ? cap : d;
+  publish(l, k);
 }
 
-void adapt_miss(adapt_t *a, size_t size, uint64_t now) {
-  if (!a->last_decay_bytes || a->last_decay_ns + ADAPT_WINDOW_MAX_NS < now || a->last_decay_bytes < size / 2) return;
+void adapt_miss(adapt_t *a, adapt_kind_t k, size_t size, uint64_t now) {
+  adapt_learn_t *l = &a->k[k];
+  if (!l->last_decay_bytes || l->last_decay_ns + regret_horizon(l, k) < now || l->last_decay_bytes < size / 2) return;
   /* The distance this reuse would have needed: since the released memory was cached. */
-  uint64_t r = now > a->last_decay_cached_ns ? now - a->last_decay_cached_ns : 0;
-  if (r < 2 * a->reuse_ns) r = 2 * a->reuse_ns;   /* at least double: the measure fell short */
-  a->reuse_ns = r > ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR ? ADAPT_WINDOW_MAX_NS / ADAPT_WINDOW_FACTOR : r;
-  a->last_decay_bytes = 0;             /* one regret per decay */
-  atomic_fetch_add_explicit(&a->regrets, 1, memory_order_relaxed);
-  atomic_store_explicit(&a->window_ns, adapt_window(a), memory_order_relaxed);
+  uint64_t r = now > l->last_decay_cached_ns ? now - l->last_decay_cached_ns : 0, cap = kind_max(k) / ADAPT_WINDOW_FACTOR;
+  if (r < 2 * l->reuse_ns) r = 2 * l->reuse_ns;   /* at least double: the measure fell short */
+  l->reuse_ns = r > cap ? cap : r;
+  size_t taken = size < l->last_decay_bytes ? size : l->last_decay_bytes;
+  l->last_decay_bytes -= taken;        /* each released byte is regretted once */
+  l->run_regretted += taken;
+  atomic_fetch_add_explicit(&l->regrets, 1, memory_order_relaxed);
+  publish(l, k);
+}
+
+void adapt_released(adapt_t *a, adapt_kind_t k, size_t bytes, uint64_t cached_ns, uint64_t now) {
+  adapt_learn_t *l = &a->k[k];
+  /* Decays within the regret horizon add up: a miss is compared with all
+   * the memory of its kind released lately, not only the latest piece. */
+  if (l->last_decay_ns + regret_horizon(l, k) < now || !l->last_decay_bytes) {
+    l->last_decay_bytes = 0;
+    l->last_decay_cached_ns = cached_ns;   /* the oldest released lately */
+  }
+  l->last_decay_ns = now;
+  l->last_decay_bytes += bytes;
+  l->run_decayed += bytes;
+}
+
+/* The ledger: a kind whose released bytes came back at least half the time
+ * keeps its measured distance. */
+static bool kind_held(const adapt_learn_t *l) { return l->run_regretted && 2 * l->run_regretted >= l->run_decayed; }
+
+void adapt_age(adapt_t *a) {
+  for (int k = 0; k < ADAPT_KINDS; k++) {
+    adapt_learn_t *l = &a->k[k];
+    if (!kind_held(l)) l->reuse_ns -= l->reuse_ns / 64;   /* once per tick: half-life about 0.45 s */
+    publish(l, (adapt_kind_t)k);
+  }
+}
+
+size_t adapt_regrets(const adapt_t *a) {
+  size_t n = 0;
+  for (int k = 0; k < ADAPT_KINDS; k++) n += atomic_load_explicit(&a->k[k].regrets, memory_order_relaxed);
+  return n;
 }
 
 size_t adapt_bound(adapt_t *a) {

@@ -159,6 +159,8 @@ size_t source_cached_total(void) {
 
 static void source_check_locked(const source_t *s);
 
+static adapt_kind_t seg_kind(const seg_t *g) { return g->chunk ? ADAPT_CHUNK : ADAPT_LARGE; }
+
 static void seg_remove(source_t *s, size_t i) {
   s->cached -= s->seg[i].size;
   s->seg[i] = s->seg[--s->nseg];
@@ -230,7 +232,7 @@ static region_t *take_aligned(source_t *s, size_t size, uint64_t now) {
   char *a = (char *)align_up((uintptr_t)g.base, size);
   size_t head = (size_t)(a - (char *)g.base), tail = g.size - head - size, kept = 0;
   s->hits++;
-  if (now) adapt_hit(&s->adapt, g.ns, now);
+  if (now) adapt_hit(&s->adapt, seg_kind(&g), g.ns, now);
   seg_remove(s, (size_t)best);
   bool keep_head = head >= SLICE_SIZE, keep_tail = tail >= SLICE_SIZE && s->nseg + keep_head < SOURCE_SLOTS;
   if (keep_head) {
@@ -274,6 +276,7 @@ region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
 
 static region_t *source_take(source_t *s, size_t size, unsigned flags) {
   bool exact = flags & SRC_EXACT;
+  adapt_kind_t kind = flags & SRC_CHUNK ? ADAPT_CHUNK : ADAPT_LARGE;
   uint64_t now = auto_now();
   if (now) adapt_tick(now);
   if (flags & SRC_ALIGNED) {
@@ -287,7 +290,7 @@ static region_t *source_take(source_t *s, size_t size, unsigned flags) {
     if (i >= 0) {
       seg_t g = s->seg[i];
       s->hits++;
-      if (now) adapt_hit(&s->adapt, g.ns, now);
+      if (now) adapt_hit(&s->adapt, seg_kind(&g), g.ns, now);
       /* A huge segment split for a huge request is cut on a huge-page
        * boundary: the rest starts on one and keeps whole huge pages. */
       if ((flags & SRC_HUGE) && g.huge && !exact && align_up(size, os_features.huge_page_size) <= g.size)
@@ -312,7 +315,7 @@ static region_t *source_take(source_t *s, size_t size, unsigned flags) {
       seg_remove(s, (size_t)i);
       /* Grown with mremap: the new tail faults as a miss would, and a longer
        * window might have kept a segment that holds the whole request. */
-      if (now) adapt_miss(&s->adapt, size - g.size, now);
+      if (now) adapt_miss(&s->adapt, kind, size - g.size, now);
       lock_release(&s->lock);
       stat_sub(&locus_stats.cached, g.size);
       void *p = g.huge ? os_remap_aligned(g.base, g.size, size, os_features.huge_page_size)
@@ -333,7 +336,7 @@ static region_t *source_take(source_t *s, size_t size, unsigned flags) {
   stat_add(&locus_stats.misses, 1);
   if (now) {
     lock_acquire(&s->lock);
-    adapt_miss(&s->adapt, size, now);
+    adapt_miss(&s->adapt, kind, size, now);
     lock_release(&s->lock);
     if (adapt_fresh_needs_room(size)) {  /* the mapping would eat into the reserve: cache first */
       size_t n = 0;
@@ -384,6 +387,7 @@ void source_free(region_t *r) {
   size_t size = r->size;
   uint32_t map = r->map;
   bool huge = r->flags & REGION_HUGE;
+  bool chunk = r->kind == REGION_SMALL || r->kind == REGION_MEDIUM;
   huge_count(r, false);
   stat_sub(&locus_stats.in_use, size);
   s->in_use -= size;
@@ -420,7 +424,7 @@ void source_free(region_t *r) {
     s->seg[i] = s->seg[--s->nseg];
   }
   s->seg[s->nseg++] = (seg_t){.base = lo, .size = (size_t)(hi - lo), .stamp = ++s->clock, .ns = now, .map = map,
-                              .huge = huge && !((uintptr_t)lo & (os_features.huge_page_size - 1))};
+                              .huge = huge && !((uintptr_t)lo & (os_features.huge_page_size - 1)), .chunk = chunk};
   s->cached += (size_t)(hi - lo);      /* the merged neighbours were subtracted above */
   LOCUS_DEBUG_ONLY(source_check_locked(s));
   lock_release(&s->lock);
@@ -453,7 +457,7 @@ bool source_extend(region_t *r, size_t new_size) {
     }
     s->hits++;
     uint64_t now = auto_now();
-    if (now) adapt_hit(&s->adapt, g->ns, now);
+    if (now) adapt_hit(&s->adapt, seg_kind(g), g->ns, now);
     lock_release(&s->lock);
     stat_sub(&locus_stats.cached, need);
     stat_add(&locus_stats.hits, 1);
@@ -473,7 +477,7 @@ region_t *source_resize(region_t *r, size_t new_size) {
   uint64_t now = auto_now();
   if (now && new_size > old_size) {    /* the new tail faults: nothing cached could serve it */
     lock_acquire(&s->lock);
-    adapt_miss(&s->adapt, new_size - old_size, now);
+    adapt_miss(&s->adapt, ADAPT_LARGE, new_size - old_size, now);
     lock_release(&s->lock);
   }
   huge_count(r, false);
@@ -538,29 +542,35 @@ size_t source_decay(source_t *s, uint64_t now) {
     seg_t victims[16];
     size_t n = 0;
     lock_acquire(&s->lock);
-    if (!freed) a->reuse_ns -= a->reuse_ns / 64;   /* once per tick: half-life about 0.45 s */
-    uint64_t w = adapt_window(a);
-    atomic_store_explicit(&a->window_ns, w, memory_order_relaxed);
+    if (!freed) adapt_age(a);           /* once per tick */
+    uint64_t w[ADAPT_KINDS] = {adapt_window(a, ADAPT_LARGE), adapt_window(a, ADAPT_CHUNK)};
     while (n < 16) {                     /* the oldest stale segment first */
       ptrdiff_t old = -1;
-      for (size_t i = 0; i < s->nseg; i++)
-        if (s->seg[i].ns + w < now && (old < 0 || s->seg[i].stamp < s->seg[old].stamp)) old = (ptrdiff_t)i;
+      for (size_t i = 0; i < s->nseg; i++) {
+        seg_t *g = &s->seg[i];
+        if (g->ns + w[seg_kind(g)] >= now) continue;
+        /* A chunk goes at a second look, ADAPT_CHUNK_GRACE_NS after the first
+         * found it stale: a tick after a silence (no slow path while the
+         * program paused) would otherwise release what the next burst takes
+         * back at once. */
+        if (g->chunk && !g->stale_ns) g->stale_ns = now;
+        if (g->chunk && now - g->stale_ns < ADAPT_CHUNK_GRACE_NS) continue;
+        if (old < 0 || g->stamp < s->seg[old].stamp) old = (ptrdiff_t)i;
+      }
       if (old < 0) break;
       victims[n++] = s->seg[old];
       seg_remove(s, (size_t)old);
     }
-    size_t bytes = 0;
-    for (size_t i = 0; i < n; i++) bytes += victims[i].size;
-    if (n) {
-      /* Decays within the longest window add up: a regret compares a miss
-       * with all the memory released lately, not only the latest piece. */
-      if (a->last_decay_ns + ADAPT_WINDOW_MAX_NS < now) {
-        a->last_decay_bytes = 0;
-        a->last_decay_cached_ns = victims[0].ns;   /* the oldest released lately */
-      }
-      a->last_decay_ns = now;
-      a->last_decay_bytes += bytes;
+    size_t bytes = 0, kb[ADAPT_KINDS] = {0};
+    uint64_t oldest[ADAPT_KINDS] = {UINT64_MAX, UINT64_MAX};
+    for (size_t i = 0; i < n; i++) {
+      adapt_kind_t k = seg_kind(&victims[i]);
+      bytes += victims[i].size;
+      kb[k] += victims[i].size;
+      if (victims[i].ns < oldest[k]) oldest[k] = victims[i].ns;
     }
+    for (int k = 0; k < ADAPT_KINDS; k++)
+      if (kb[k]) adapt_released(a, (adapt_kind_t)k, kb[k], oldest[k], now);
     lock_release(&s->lock);
     if (!n) break;
     unmap_all(victims, n);

@@ -12,8 +12,10 @@ typedef struct seg_s {
   size_t size;
   uint64_t stamp;              /* age, for eviction of the oldest */
   uint64_t ns;                 /* when it was cached (auto profile: coarse clock) */
+  uint64_t stale_ns;           /* auto, chunks: when a tick first found it past its window, or 0 */
   uint32_t map;                /* kernel mapping it lies in */
   bool huge;                   /* its mapping is advised for huge pages (REGION_HUGE) */
+  bool chunk;                  /* freed as a heap chunk (auto profile: its kind, adapt.h) */
 } seg_t;
 
 #define SOURCE_SLOTS 128
@@ -46,7 +48,9 @@ typedef struct source_s {
  * rest of the header zero. Unless SRC_EXACT, the region may be up to a slice
  * larger (a cached segment taken whole). SRC_CACHED_ONLY: only from a cached
  * segment at least `size` long, else NULL (no system call). */
-enum { SRC_EXACT = 1, SRC_CACHED_ONLY = 2, SRC_HUGE = 4, SRC_ALIGNED = 8 };
+enum { SRC_EXACT = 1, SRC_CACHED_ONLY = 2, SRC_HUGE = 4, SRC_ALIGNED = 8, SRC_CHUNK = 16 };
+/* SRC_CHUNK: a heap chunk (small or medium objects) is asked for; the auto
+ * profile learns chunks and large segments apart (adapt.h). */
 /* SRC_ALIGNED (small chunks, with SRC_EXACT; size a power of two): the
  * region starts on a multiple of its size, so that a block's chunk is its
  * address masked (heap.h). Cut from a cached segment that holds such a

@@ -59,12 +59,13 @@ typedef struct { text_t *t; int n; } list_ctx_t;
 static void json_source(void *ctx, const source_t *s) {
   list_ctx_t *c = ctx;
   text(c->t, "%s{\"node\":%d,\"kind\":\"%s\",\"in_use\":%zu,\"cached\":%zu,\"segments\":%zu,\"hits\":%zu,"
-       "\"misses\":%zu,\"auto_bound\":%zu,\"auto_window_ms\":%zu,\"decayed\":%zu,\"pressure_released\":%zu,"
-       "\"regrets\":%zu}", c->n++ ? "," : "", s->node,
+       "\"misses\":%zu,\"auto_bound\":%zu,\"auto_window_ms\":%zu,\"auto_chunk_window_ms\":%zu,\"decayed\":%zu,"
+       "\"pressure_released\":%zu,\"regrets\":%zu,\"chunk_regrets\":%zu}", c->n++ ? "," : "", s->node,
        s->node == SOURCE_GENERIC ? "generic" : s->node == SOURCE_INTERLEAVE ? "interleave" : "node",
        (size_t)s->in_use, (size_t)s->cached, (size_t)s->nseg, (size_t)s->hits, (size_t)s->misses,
-       (size_t)ALD(s, bound), (size_t)(ALD(s, window_ns) / 1000000), (size_t)ALD(s, decayed),
-       (size_t)ALD(s, pressured), (size_t)ALD(s, regrets));
+       (size_t)ALD(s, bound), (size_t)(ALD(s, k[ADAPT_LARGE].window_ns) / 1000000),
+       (size_t)(ALD(s, k[ADAPT_CHUNK].window_ns) / 1000000), (size_t)ALD(s, decayed), (size_t)ALD(s, pressured),
+       adapt_regrets(&s->adapt), (size_t)ALD(s, k[ADAPT_CHUNK].regrets));
 }
 
 static const char *const heap_states[] = {"live", "orphan", "dead"};
@@ -184,10 +185,12 @@ static void report_source(void *ctx, const source_t *s) {
   else text(t, "  source node %d  : ", s->node);
   text(t, "in use %zu KiB, cached %zu KiB in %zu segments, %zu hits, %zu misses\n", s->in_use / KiB,
        s->cached / KiB, s->nseg, s->hits, s->misses);
-  if (ALD(s, window_ns) || ALD(s, decayed) || ALD(s, pressured))
-    text(t, "    auto            : bound %zu KiB, window %zu ms, released %zu KiB by decay, %zu KiB by pressure, "
-         "%zu regrets\n", (size_t)ALD(s, bound) / KiB, (size_t)(ALD(s, window_ns) / 1000000),
-         (size_t)ALD(s, decayed) / KiB, (size_t)ALD(s, pressured) / KiB, (size_t)ALD(s, regrets));
+  if (ALD(s, k[ADAPT_LARGE].window_ns) || ALD(s, decayed) || ALD(s, pressured))
+    text(t, "    auto            : bound %zu KiB, window %zu ms (chunks %zu ms), released %zu KiB by decay, %zu KiB by "
+         "pressure, %zu regrets (%zu of chunks)\n", (size_t)ALD(s, bound) / KiB,
+         (size_t)(ALD(s, k[ADAPT_LARGE].window_ns) / 1000000), (size_t)(ALD(s, k[ADAPT_CHUNK].window_ns) / 1000000),
+         (size_t)ALD(s, decayed) / KiB, (size_t)ALD(s, pressured) / KiB, adapt_regrets(&s->adapt),
+         (size_t)ALD(s, k[ADAPT_CHUNK].regrets));
 }
 
 static void report_heap(void *ctx, const heap_t *h) {
