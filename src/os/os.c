@@ -263,7 +263,11 @@ static void fault_action(struct sigaction *sa) {
   memset(sa, 0, sizeof *sa);
   sa->sa_sigaction = fault_handler;
   sa->sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-  sigemptyset(&sa->sa_mask);
+  /* Every signal held while it runs: a handler of the program interrupting
+   * it and touching a pending range would fault with SIGSEGV blocked (the
+   * kernel kills the process), or wait for a group this thread owns. The
+   * program's own handler gets the mask it asked for (fault_chain). */
+  sigfillset(&sa->sa_mask);
 }
 
 /* Not ours: what the program asked for. */
@@ -284,15 +288,13 @@ static void fault_chain(int sig, siginfo_t *info, void *uctx) {
     if (info->si_code <= 0) raise(sig); /* blocked until this handler returns */
     return;                            /* a fault: the retried access takes the default action */
   }
-  sigset_t mask = p.sa_mask, old;
-  if (!(p.sa_flags & SA_NODEFER)) sigaddset(&mask, sig);
-  pthread_sigmask(SIG_BLOCK, &mask, &old);
-  if (p.sa_flags & SA_NODEFER) {
-    sigset_t self;
-    sigemptyset(&self);
-    sigaddset(&self, sig);
-    pthread_sigmask(SIG_UNBLOCK, &self, NULL);
-  }
+  /* The mask the kernel would have set for the program's handler: the
+   * interrupted context's, its sa_mask, and the signal unless SA_NODEFER. */
+  sigset_t mask, old;
+  sigorset(&mask, &((ucontext_t *)uctx)->uc_sigmask, &p.sa_mask);
+  if (p.sa_flags & SA_NODEFER) sigdelset(&mask, sig);
+  else sigaddset(&mask, sig);
+  pthread_sigmask(SIG_SETMASK, &mask, &old);
   if (p.sa_flags & SA_SIGINFO) p.sa_sigaction(sig, info, uctx);
   else p.sa_handler(sig);
   pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -556,6 +556,60 @@ static void test_fork(void) {
   free(p);
 }
 
+/* ---- a signal handler touching a pending range ----------------------------
+ * A program's handler (SIGUSR1 here) that runs while its thread owns groups
+ * and touches them: under userfaultfd a mark interrupted between moving the
+ * pages aside and releasing its claims waited for itself forever; under
+ * protection a handler interrupting locus's SIGSEGV handler faulted with
+ * SIGSEGV blocked, and the kernel killed the process. Both windows hold
+ * every signal now; the signal is delivered after them. In a child, with
+ * an alarm that kills it if it hangs. */
+static unsigned char *sig_target;
+static volatile sig_atomic_t sig_touched;
+static void sig_touch_handler(int sig) {
+  (void)sig;
+  sig_target[0] = 3;                   /* a pending group */
+  sig_touched = 1;
+}
+static void sig_raise_hook(void) { pthread_kill(pthread_self(), SIGUSR1); }
+static void sig_raise_fault_hook(void *addr) {
+  (void)addr;
+  if (!sig_touched) pthread_kill(pthread_self(), SIGUSR1);
+}
+
+static void test_signal_owner(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);                         /* a hang: killed by SIGALRM */
+    size_t len = 2 << 20;
+    unsigned char *a = malloc(len), *b = malloc(len);
+    memset(a, 1, len);
+    memset(b, 1, len);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = sig_touch_handler;
+    sigaction(SIGUSR1, &sa, NULL);
+    if (uffd) {                        /* the mark's window: the handler touches the range marked */
+      sig_target = b + (1 << 20);
+      next_touch_test_hooks(NULL, sig_raise_hook);
+      if (mark(b, len) != 0) _exit(2);
+      next_touch_test_hooks(NULL, NULL);
+    } else {                           /* locus's handler: the program's touches another range */
+      if (mark(a, len) != 0 || mark(b, len) != 0) _exit(2);
+      sig_target = b + (1 << 20);
+      next_touch_test_hooks(sig_raise_fault_hook, NULL);
+      a[PAGE * 3] = 5;
+      next_touch_test_hooks(NULL, NULL);
+    }
+    if (!sig_touched || sig_target[0] != 3 || b[0] != 1 || a[PAGE * 3] != (uffd ? 1 : 5)) _exit(3);
+    _exit(0);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a signal handler touching a pending range while its thread owns groups: "
+        "status %#x", st);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) scale = atoi(argv[1]) > 0 ? atoi(argv[1]) : 1;
   next_touch_force(true);
@@ -572,7 +626,7 @@ int main(int argc, char **argv) {
       {"syscalls", test_syscalls}, {"shared_page", test_shared_page}, {"sweep", test_sweep},
       {"races", test_races},       {"table", test_table},             {"altstack", test_altstack},
       {"fork", test_fork},         {"late_handler", test_late_handler},
-      {"program_handler", test_program_handler}};
+      {"program_handler", test_program_handler}, {"signal_owner", test_signal_owner}};
   const char *only = getenv("NT_ONLY");  /* a comma-separated list of parts, for debugging */
   for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
     if (only && !strstr(only, parts[i].name)) continue;
