@@ -496,6 +496,12 @@ static int mark_range(region_t *owner, uintptr_t a, uintptr_t b) {
       continue;
     }
     bool overlaps = a < atomic_load(&r->end) && atomic_load(&r->start) < b;
+    /* Every group claimed: their owners (handlers, the userfaultfd thread,
+     * resolves; none takes nt_lock) are finishing them. A thread whose
+     * access came back may find the last done bit not set yet (userfaultfd
+     * wakes it before its owner marks the group done): wait, not EBUSY. */
+    if (overlaps && (atomic_load(&r->claim) & NT_BITS) == NT_BITS)
+      while (!slot_finished(r)) os_yield();
     if (slot_finished(r)) {
       /* Finished slots stay until needed (a late handler then finds its
        * group done); one overlapping the new range goes now. */

@@ -610,6 +610,29 @@ static void test_signal_owner(void) {
         "status %#x", st);
 }
 
+/* ---- marked again right after the thread touched every page --------------
+ * Every group was touched, so the range is not pending any more: the next
+ * mark must succeed at once, not fail with EBUSY while the last group's
+ * owner (under userfaultfd, the locus thread, which wakes the toucher before
+ * it marks the group done) finishes. */
+static void test_remark(void) {
+  size_t len = 4 << 20;
+  unsigned char *b = malloc(len);
+  CHECK(b, "malloc");
+  memset(b, 1, len);
+  int busy = 0;
+  for (int k = 0; k < 100 * scale; k++) {
+    if (locus_next_touch(b, len) != 0) {
+      CHECK(errno == EBUSY, "mark: %s", strerror(errno));
+      busy++;
+      CHECK(mark(b, len) == 0, "mark");
+    }
+    for (size_t i = 0; i < len; i += PAGE) b[i] = 2;
+  }
+  CHECK(busy == 0, "%d of %d marks refused with EBUSY right after every page was touched", busy, 100 * scale);
+  free(b);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) scale = atoi(argv[1]) > 0 ? atoi(argv[1]) : 1;
   next_touch_force(true);
@@ -626,7 +649,8 @@ int main(int argc, char **argv) {
       {"syscalls", test_syscalls}, {"shared_page", test_shared_page}, {"sweep", test_sweep},
       {"races", test_races},       {"table", test_table},             {"altstack", test_altstack},
       {"fork", test_fork},         {"late_handler", test_late_handler},
-      {"program_handler", test_program_handler}, {"signal_owner", test_signal_owner}};
+      {"program_handler", test_program_handler}, {"signal_owner", test_signal_owner},
+      {"remark", test_remark}};
   const char *only = getenv("NT_ONLY");  /* a comma-separated list of parts, for debugging */
   for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
     if (only && !strstr(only, parts[i].name)) continue;
