@@ -454,8 +454,29 @@ void *os_reserve(size_t len) {
   return p == MAP_FAILED ? NULL : p;
 }
 
+/* mremap moves within one kernel mapping only (EFAULT when [p, p+len) spans
+ * several). A block is split into several after an earlier mark of part of
+ * it: the pages userfaultfd put back get a new anon_vma, and the kernel does
+ * not merge mappings of different anon_vmas. So on EFAULT split the range in
+ * halves, down to the mappings' own bounds (O(mappings x log pages) calls). */
+static bool move_pieces(char *p, size_t len, char *dst, int flags) {
+  if (mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | flags, dst) == dst) return true;
+  size_t page = os_page_size(), half = len / 2 / page * page;
+  if (errno != EFAULT || len <= page) return false;
+  if (!move_pieces(p, half, dst, flags)) return false;
+  if (move_pieces(p + half, len - half, dst + half, flags)) return true;
+  /* The first half is aside already: bring it back (the destination holds
+   * nothing yet, as no fault is served before the mark succeeds). */
+  int err = errno;
+  if (!move_pieces(dst, half, p, 0))
+    locus_fatal("next touch: cannot move %p-%p back after a failed mark (mremap: errno %d)", (void *)p,
+                (void *)(p + half), errno);
+  errno = err;
+  return false;
+}
+
 bool os_move_aside(void *p, size_t len, void *dst) {
-  return mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst) == dst;
+  return move_pieces(p, len, dst, MREMAP_DONTUNMAP);
 }
 
 void os_release(void *p, size_t len) { munmap(p, len); }
