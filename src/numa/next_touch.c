@@ -98,6 +98,24 @@ static atomic_bool nt_can_move;
 typedef struct { uintptr_t page; uint64_t epoch; } nt_retry_t;
 static LOCUS_TLS nt_retry_t nt_last_retry;
 
+/* A thread that owns groups (a mark moving pages aside or protecting them,
+ * a resolve, a cancel, fork's prepare handler) must not run a signal handler
+ * meanwhile: a handler touching one of those groups would wait for its own
+ * thread (userfaultfd: forever; protection: SIGSEGV may be blocked there,
+ * and the kernel then kills the process). Such windows block every signal;
+ * a signal arriving meanwhile is delivered when they end. (locus's SIGSEGV
+ * handler blocks them through its sa_mask, os.c.) */
+static void signals_hold(sigset_t *old) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, old);
+}
+static void signals_release(const sigset_t *old) {
+  int e = errno;
+  pthread_sigmask(SIG_SETMASK, old, NULL);
+  errno = e;
+}
+
 static inline uint32_t gen_of(uint64_t w) { return (uint32_t)(w >> 32); }
 static inline bool gen_live(uint32_t g) { return g & 1; }
 static inline uint64_t all_groups(size_t n) { return n >= 32 ? NT_BITS : ((uint64_t)1 << n) - 1; }
@@ -263,7 +281,8 @@ static bool retry_once(uintptr_t x) {
 }
 
 /* Test hooks (next_touch_test_hooks): called in the handler before it reads
- * the table, and in a mark between publishing a range and protecting it. */
+ * the table, and in a mark between publishing a range and protecting it
+ * (userfaultfd: and making its groups claimable). */
 static void (*_Atomic hook_fault)(void *addr);
 static void (*_Atomic hook_mark)(void);
 
@@ -406,12 +425,15 @@ static void *uffd_thread(void *arg) {
  * held across the fork, so that no range is marked meanwhile; the child
  * opens its own userfaultfd at its first mark. */
 static void nt_fork_prepare(void) {
+  sigset_t held;
+  signals_hold(&held);
   for (int i = 0; i < NT_SLOTS; i++) {
     nt_slot_t *r = &slots[i];
     if (!gen_live(gen_of(atomic_load(&r->claim))) || !atomic_load(&r->stash)) continue;
     slot_cancel(r);
     slot_free(r);
   }
+  signals_release(&held);
 }
 static void nt_fork_child(void) {
   if (uffd >= 0) os_close(uffd);
@@ -453,7 +475,7 @@ static bool engine_uffd(void) {
   return false;
 }
 
-static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
+static int mark_range(region_t *owner, uintptr_t a, uintptr_t b) {
   atomic_store_explicit(&nt_can_move, topology_allowed_count() > 1, memory_order_relaxed);
   size_t page = os_page_size();
   size_t pages = (b - a) / page;
@@ -474,6 +496,12 @@ static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
       continue;
     }
     bool overlaps = a < atomic_load(&r->end) && atomic_load(&r->start) < b;
+    /* Every group claimed: their owners (handlers, the userfaultfd thread,
+     * resolves; none takes nt_lock) are finishing them. A thread whose
+     * access came back may find the last done bit not set yet (userfaultfd
+     * wakes it before its owner marks the group done): wait, not EBUSY. */
+    if (overlaps && (atomic_load(&r->claim) & NT_BITS) == NT_BITS)
+      while (!slot_finished(r)) os_yield();
     if (slot_finished(r)) {
       /* Finished slots stay until needed (a late handler then finds its
        * group done); one overlapping the new range goes now. */
@@ -520,6 +548,8 @@ static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
     atomic_store_explicit(&slot->claim, live | NT_BITS, memory_order_release);
     bool reg = os_uffd_register(uffd, (void *)a, b - a);
     ok = reg && os_move_aside((void *)a, b - a, (void *)stash);
+    void (*hook)(void) = atomic_load_explicit(&hook_mark, memory_order_relaxed);
+    if (unlikely(hook != NULL)) hook();
     if (ok) {
       atomic_store_explicit(&slot->claim, live, memory_order_release);
     } else {                           /* nothing moved: stop watching, use protection */
@@ -564,7 +594,19 @@ static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
   return ok ? 0 : -1;
 }
 
+/* Marks [a, b) with every signal held (signals_hold): the marker owns the
+ * range's groups until the trap is in place. */
+static int next_touch_mark(region_t *owner, uintptr_t a, uintptr_t b) {
+  sigset_t held;
+  signals_hold(&held);
+  int r = mark_range(owner, a, b);
+  signals_release(&held);
+  return r;
+}
+
 void next_touch_cancel(region_t *owner) {
+  sigset_t held;
+  signals_hold(&held);
   lock_acquire(&nt_lock);
   for (int i = 0; i < NT_SLOTS; i++) {
     nt_slot_t *r = &slots[i];
@@ -575,6 +617,7 @@ void next_touch_cancel(region_t *owner) {
   owner->flags &= (uint8_t)~REGION_NEXT_TOUCH;
   nt_validate();
   lock_release(&nt_lock);
+  signals_release(&held);
 }
 
 /* Resolves every pending group that meets [a, b): the caller migrates the
@@ -646,6 +689,11 @@ LOCUS_EXPORT int locus_next_touch_resolve(void *p, size_t len) {
     errno = EINVAL;
     return -1;
   }
-  if (len) resolve(a, b);
+  if (len) {
+    sigset_t held;
+    signals_hold(&held);
+    resolve(a, b);
+    signals_release(&held);
+  }
   return 0;
 }

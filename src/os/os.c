@@ -263,7 +263,11 @@ static void fault_action(struct sigaction *sa) {
   memset(sa, 0, sizeof *sa);
   sa->sa_sigaction = fault_handler;
   sa->sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-  sigemptyset(&sa->sa_mask);
+  /* Every signal held while it runs: a handler of the program interrupting
+   * it and touching a pending range would fault with SIGSEGV blocked (the
+   * kernel kills the process), or wait for a group this thread owns. The
+   * program's own handler gets the mask it asked for (fault_chain). */
+  sigfillset(&sa->sa_mask);
 }
 
 /* Not ours: what the program asked for. */
@@ -284,15 +288,13 @@ static void fault_chain(int sig, siginfo_t *info, void *uctx) {
     if (info->si_code <= 0) raise(sig); /* blocked until this handler returns */
     return;                            /* a fault: the retried access takes the default action */
   }
-  sigset_t mask = p.sa_mask, old;
-  if (!(p.sa_flags & SA_NODEFER)) sigaddset(&mask, sig);
-  pthread_sigmask(SIG_BLOCK, &mask, &old);
-  if (p.sa_flags & SA_NODEFER) {
-    sigset_t self;
-    sigemptyset(&self);
-    sigaddset(&self, sig);
-    pthread_sigmask(SIG_UNBLOCK, &self, NULL);
-  }
+  /* The mask the kernel would have set for the program's handler: the
+   * interrupted context's, its sa_mask, and the signal unless SA_NODEFER. */
+  sigset_t mask, old;
+  sigorset(&mask, &((ucontext_t *)uctx)->uc_sigmask, &p.sa_mask);
+  if (p.sa_flags & SA_NODEFER) sigdelset(&mask, sig);
+  else sigaddset(&mask, sig);
+  pthread_sigmask(SIG_SETMASK, &mask, &old);
   if (p.sa_flags & SA_SIGINFO) p.sa_sigaction(sig, info, uctx);
   else p.sa_handler(sig);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -452,8 +454,29 @@ void *os_reserve(size_t len) {
   return p == MAP_FAILED ? NULL : p;
 }
 
+/* mremap moves within one kernel mapping only (EFAULT when [p, p+len) spans
+ * several). A block is split into several after an earlier mark of part of
+ * it: the pages userfaultfd put back get a new anon_vma, and the kernel does
+ * not merge mappings of different anon_vmas. So on EFAULT split the range in
+ * halves, down to the mappings' own bounds (O(mappings x log pages) calls). */
+static bool move_pieces(char *p, size_t len, char *dst, int flags) {
+  if (mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | flags, dst) == dst) return true;
+  size_t page = os_page_size(), half = len / 2 / page * page;
+  if (errno != EFAULT || len <= page) return false;
+  if (!move_pieces(p, half, dst, flags)) return false;
+  if (move_pieces(p + half, len - half, dst + half, flags)) return true;
+  /* The first half is aside already: bring it back (the destination holds
+   * nothing yet, as no fault is served before the mark succeeds). */
+  int err = errno;
+  if (!move_pieces(dst, half, p, 0))
+    locus_fatal("next touch: cannot move %p-%p back after a failed mark (mremap: errno %d)", (void *)p,
+                (void *)(p + half), errno);
+  errno = err;
+  return false;
+}
+
 bool os_move_aside(void *p, size_t len, void *dst) {
-  return mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst) == dst;
+  return move_pieces(p, len, dst, MREMAP_DONTUNMAP);
 }
 
 void os_release(void *p, size_t len) { munmap(p, len); }

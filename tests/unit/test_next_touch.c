@@ -556,6 +556,118 @@ static void test_fork(void) {
   free(p);
 }
 
+/* ---- a signal handler touching a pending range ----------------------------
+ * A program's handler (SIGUSR1 here) that runs while its thread owns groups
+ * and touches them: under userfaultfd a mark interrupted between moving the
+ * pages aside and releasing its claims waited for itself forever; under
+ * protection a handler interrupting locus's SIGSEGV handler faulted with
+ * SIGSEGV blocked, and the kernel killed the process. Both windows hold
+ * every signal now; the signal is delivered after them. In a child, with
+ * an alarm that kills it if it hangs. */
+static unsigned char *sig_target;
+static volatile sig_atomic_t sig_touched;
+static void sig_touch_handler(int sig) {
+  (void)sig;
+  sig_target[0] = 3;                   /* a pending group */
+  sig_touched = 1;
+}
+static void sig_raise_hook(void) { pthread_kill(pthread_self(), SIGUSR1); }
+static void sig_raise_fault_hook(void *addr) {
+  (void)addr;
+  if (!sig_touched) pthread_kill(pthread_self(), SIGUSR1);
+}
+
+static void test_signal_owner(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);                         /* a hang: killed by SIGALRM */
+    size_t len = 2 << 20;
+    unsigned char *a = malloc(len), *b = malloc(len);
+    memset(a, 1, len);
+    memset(b, 1, len);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = sig_touch_handler;
+    sigaction(SIGUSR1, &sa, NULL);
+    if (uffd) {                        /* the mark's window: the handler touches the range marked */
+      sig_target = b + (1 << 20);
+      next_touch_test_hooks(NULL, sig_raise_hook);
+      if (mark(b, len) != 0) _exit(2);
+      next_touch_test_hooks(NULL, NULL);
+    } else {                           /* locus's handler: the program's touches another range */
+      if (mark(a, len) != 0 || mark(b, len) != 0) _exit(2);
+      sig_target = b + (1 << 20);
+      next_touch_test_hooks(sig_raise_fault_hook, NULL);
+      a[PAGE * 3] = 5;
+      next_touch_test_hooks(NULL, NULL);
+    }
+    if (!sig_touched || sig_target[0] != 3 || b[0] != 1 || a[PAGE * 3] != (uffd ? 1 : 5)) _exit(3);
+    _exit(0);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a signal handler touching a pending range while its thread owns groups: "
+        "status %#x", st);
+}
+
+/* ---- marked again right after the thread touched every page --------------
+ * Every group was touched, so the range is not pending any more: the next
+ * mark must succeed at once, not fail with EBUSY while the last group's
+ * owner (under userfaultfd, the locus thread, which wakes the toucher before
+ * it marks the group done) finishes. */
+static void test_remark(void) {
+  size_t len = 4 << 20;
+  unsigned char *b = malloc(len);
+  CHECK(b, "malloc");
+  memset(b, 1, len);
+  int busy = 0;
+  for (int k = 0; k < 100 * scale; k++) {
+    if (locus_next_touch(b, len) != 0) {
+      CHECK(errno == EBUSY, "mark: %s", strerror(errno));
+      busy++;
+      CHECK(mark(b, len) == 0, "mark");
+    }
+    for (size_t i = 0; i < len; i += PAGE) b[i] = 2;
+  }
+  CHECK(busy == 0, "%d of %d marks refused with EBUSY right after every page was touched", busy, 100 * scale);
+  free(b);
+}
+
+/* ---- a range over the kernel mappings an earlier mark left ----------------
+ * A part of a block marked and touched under userfaultfd ends up a mapping
+ * of its own (the pages put back get a new anon_vma, which the kernel does
+ * not merge with its neighbours). A later mark over the part's border must
+ * still use userfaultfd: a system call into it works. Before, the mark's
+ * mremap failed (EFAULT over two mappings) and the range fell back to
+ * protection silently: read() failed with EFAULT. */
+static void test_split(void) {
+  if (!uffd) return;
+  size_t len = 4 << 20;
+  unsigned char *b = malloc(len);
+  CHECK(b, "malloc");
+  memset(b, 4, len);
+  unsigned char *p = (unsigned char *)(((uintptr_t)b + PAGE - 1) & ~(uintptr_t)(PAGE - 1));
+  for (int k = 0; k < 8; k++) {        /* eight parts, each its own mapping afterwards */
+    CHECK(mark(p + (size_t)(16 * k + 3) * PAGE, 5 * PAGE) == 0, "mark part %d", k);
+    for (int i = 0; i < 5; i++) p[(16 * k + 3 + i) * PAGE] = 4;
+  }
+  int fds[2];
+  CHECK(pipe(fds) == 0, "pipe");
+  for (int r = 0; r < 4; r++) {
+    CHECK(mark(p + PAGE * r, 140 * PAGE) == 0, "mark over the parts: %s", strerror(errno));
+    CHECK(write(fds[1], "ab", 2) == 2, "write");
+    ssize_t n = read(fds[0], p + 50 * PAGE + 7, 2);
+    CHECK(n == 2, "read into a range over several mappings: %zd (%s)", n, n < 0 ? strerror(errno) : "");
+    for (size_t i = 0; i < 145 * PAGE; i += 64)
+      CHECK(p[i] == 4, "byte %zu: %d", i, p[i]);
+    CHECK(p[50 * PAGE + 7] == 'a' && p[50 * PAGE + 8] == 'b', "read's bytes");
+    p[50 * PAGE + 7] = p[50 * PAGE + 8] = 4;
+  }
+  close(fds[0]);
+  close(fds[1]);
+  free(b);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) scale = atoi(argv[1]) > 0 ? atoi(argv[1]) : 1;
   next_touch_force(true);
@@ -572,7 +684,8 @@ int main(int argc, char **argv) {
       {"syscalls", test_syscalls}, {"shared_page", test_shared_page}, {"sweep", test_sweep},
       {"races", test_races},       {"table", test_table},             {"altstack", test_altstack},
       {"fork", test_fork},         {"late_handler", test_late_handler},
-      {"program_handler", test_program_handler}};
+      {"program_handler", test_program_handler}, {"signal_owner", test_signal_owner},
+      {"remark", test_remark},             {"split", test_split}};
   const char *only = getenv("NT_ONLY");  /* a comma-separated list of parts, for debugging */
   for (size_t i = 0; i < sizeof parts / sizeof *parts; i++) {
     if (only && !strstr(only, parts[i].name)) continue;
