@@ -412,7 +412,14 @@ static void *uffd_thread(void *arg) {
   for (;;) {
     int n = os_uffd_read(uffd, ev, 16);
     if (n < 0 && errno != EINTR && errno != EAGAIN) {
-      locus_warn("next touch: reading the userfaultfd failed (errno %d): threads touching pending ranges will wait", errno);
+      /* Most likely the program closed every descriptor (close_range): the
+       * kernel dropped the registrations with the last reference, so the
+       * pending ranges read as zeros from now on (docs/numa.md). Later marks
+       * use page protection rather than a descriptor number that may now
+       * name another file of the program's. */
+      atomic_store(&engine, 2);
+      locus_warn("next touch: locus's userfaultfd descriptor is gone (errno %d; closed by the program?): "
+                 "ranges pending now lose their contents; later marks use page protection", errno);
       return NULL;
     }
     for (int i = 0; i < n; i++) uffd_serve(ev[i].addr, ev[i].tid);
