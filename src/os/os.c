@@ -531,46 +531,60 @@ int os_thread_cpus(uint64_t *bits, size_t words) {
   return (int)w;
 }
 
+/* ---- file I/O that is never a cancellation point ----------------------------
+ * open, read, pread, write and close are cancellation points in libc; malloc
+ * and free must not be (POSIX lets no other function be one), and a deferred
+ * cancel acted on inside them would unwind with a heap or source lock held
+ * (the auto profile samples the pressure files from the slow paths, under
+ * the heap's lock): the thread's own exit, then every fork(), would wait for
+ * it forever. The raw system calls are not cancellation points. */
+int os_open(const char *path, int flags, unsigned mode) {
+  return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+}
+long os_read(int fd, void *buf, size_t len) { return syscall(SYS_read, fd, buf, len); }
+long os_pread(int fd, void *buf, size_t len, int64_t off) { return syscall(SYS_pread64, fd, buf, len, (long)off); }
+static long os_write(int fd, const void *buf, size_t len) { return syscall(SYS_write, fd, buf, len); }
+
 int os_read_file(const char *path, char *buf, size_t len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = os_open(path, O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return -1;
   size_t n = 0;
   while (n + 1 < len) {
-    ssize_t r = read(fd, buf + n, len - 1 - n);
+    long r = os_read(fd, buf + n, len - 1 - n);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     n += (size_t)r;
   }
-  close(fd);
+  os_close(fd);
   buf[n] = 0;
   return (int)n;
 }
 
 long os_pagemap_read(uintptr_t first, size_t n, uint64_t *entries) {
-  int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  int fd = os_open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return -1;
   size_t got = 0;
   while (got < n) {
-    ssize_t r = pread(fd, (char *)entries + got * 8, (n - got) * 8, (off_t)((first + got) * 8));
+    long r = os_pread(fd, (char *)entries + got * 8, (n - got) * 8, (int64_t)((first + got) * 8));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
     got += (size_t)r / 8;
   }
   int saved = errno;
-  close(fd);
+  os_close(fd);
   errno = saved;
   return got || !n ? (long)got : -1;
 }
 
 int os_open_append(const char *path) {
-  return open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
+  return os_open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
 }
 
-void os_close(int fd) { close(fd); }
+void os_close(int fd) { syscall(SYS_close, fd); }
 
 bool os_write_all(int fd, const char *buf, size_t len) {
   while (len) {
-    ssize_t w = write(fd, buf, len);
+    long w = os_write(fd, buf, len);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return false;
     buf += w;

@@ -182,6 +182,12 @@ const char *os_getenv(const char *name);
 void os_env_each(const char *prefix, void (*fn)(const char *entry, void *ctx), void *ctx);
 /* setenv(3): allocates through malloc, so never from inside it. */
 bool os_setenv(const char *name, const char *value);
+/* The file I/O below goes through the raw system calls, which are never
+ * cancellation points (a deferred pthread_cancel must not act inside malloc,
+ * where locks are held): use these, not open/read/write/close. */
+int os_open(const char *path, int flags, unsigned mode);
+long os_read(int fd, void *buf, size_t len);
+long os_pread(int fd, void *buf, size_t len, int64_t off);
 int os_read_file(const char *path, char *buf, size_t len);
 /* The /proc/self/pagemap entries of the n pages from page number `first`
  * (address / page size): bit 63 present, bits 0-54 the frame number (0 when

@@ -86,12 +86,12 @@ typedef struct {
 static bool pagemap_read(pagemap_t *pm, uintptr_t first, size_t n, uint64_t *e) {
   if (!pm->tried) {
     pm->tried = true;
-    pm->fd = (mode_now() & OS_ZERO_NO_PAGEMAP) ? -1 : open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    pm->fd = (mode_now() & OS_ZERO_NO_PAGEMAP) ? -1 : os_open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
   }
   if (pm->fd < 0) return false;
   size_t got = 0;
   while (got < n) {
-    ssize_t r = pread(pm->fd, (char *)e + got * 8, (n - got) * 8, (off_t)((first + got) * 8));
+    long r = os_pread(pm->fd, (char *)e + got * 8, (n - got) * 8, (int64_t)((first + got) * 8));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0 || r % 8) return false;
     got += (size_t)r / 8;
@@ -207,7 +207,7 @@ static void zero_range(void *p, size_t size, bool keep_huge) {
     if (swap || !pending || !swap_possible(false)) break;
     swap = true;
   }
-  if (pm.fd >= 0) close(pm.fd);
+  if (pm.fd >= 0) os_close(pm.fd);
 }
 
 void os_zero_recycled(void *p, size_t size, bool keep_huge) {

@@ -65,11 +65,14 @@ static void class_apply(lock_class_t *c, void (*fn)(lock_t *)) {
   else c->each(fn);
 }
 
+LOCK_TLS bool lock_fork_holder;
+
 void locks_fork_prepare(void) {
   for (lock_class_t *c = classes; c; c = c->next) {
     class_apply(c, raw_acquire);
     if (c->fork_prepare) c->fork_prepare();
   }
+  lock_fork_holder = true;
 }
 
 /* Releases go from the highest rank down: a class's `each` may walk a list
@@ -84,11 +87,15 @@ static void fork_release_all(void (*fn)(lock_t *)) {
   while (n) class_apply(order[--n], fn);
 }
 
-void locks_fork_parent(void) { fork_release_all(raw_release); }
+void locks_fork_parent(void) {
+  lock_fork_holder = false;
+  fork_release_all(raw_release);
+}
 
 /* The child has one thread: nobody sleeps on a lock. */
 static void reset_lock(lock_t *l) { atomic_store_explicit(&l->v, 0, memory_order_relaxed); }
 void locks_fork_child(void) {
+  lock_fork_holder = false;
   fork_release_all(reset_lock);
   for (lock_class_t *c = classes; c; c = c->next)
     if (c->fork_child) c->fork_child();
@@ -97,11 +104,7 @@ void locks_fork_child(void) {
 /* ---- order checks (debug build) ---------------------------------------------- */
 #ifdef LOCUS_DEBUG
 #define HELD_MAX 16
-#ifdef LOCUS_TLS_DYNAMIC
-#define HELD_TLS __thread __attribute__((tls_model("global-dynamic")))
-#else
-#define HELD_TLS __thread __attribute__((tls_model("initial-exec")))
-#endif
+#define HELD_TLS LOCK_TLS
 static HELD_TLS lock_t *held[HELD_MAX];
 static HELD_TLS unsigned nheld;
 
@@ -138,12 +141,14 @@ static void held_push(lock_t *l) {
 }
 
 void lock_acquire(lock_t *l) {
+  if (lock_fork_holder) return;        /* held by the fork handler: see lock.h */
   check_order(l);
   raw_acquire(l);
   held_push(l);
 }
 
 bool lock_try(lock_t *l) {
+  if (lock_fork_holder) return true;
   if (l->rank == LOCK_RANK_NONE) locus_fatal("internal error: lock %p has no rank (not in the lock registry)", (void *)l);
   if (!raw_try(l)) return false;
   held_push(l);
@@ -151,6 +156,7 @@ bool lock_try(lock_t *l) {
 }
 
 void lock_release(lock_t *l) {
+  if (lock_fork_holder) return;
   for (unsigned i = nheld; i-- > 0;)
     if (held[i] == l) {
       held[i] = held[--nheld];
@@ -160,12 +166,16 @@ void lock_release(lock_t *l) {
 }
 
 bool lock_held(const lock_t *l) {
+  if (lock_fork_holder) return true;
   for (unsigned i = 0; i < nheld; i++)
     if (held[i] == l) return true;
   return false;
 }
 #else
-void lock_acquire(lock_t *l) { raw_acquire(l); }
+void lock_acquire(lock_t *l) {
+  if (__builtin_expect(lock_fork_holder, 0)) return;   /* held by the fork handler: see lock.h */
+  raw_acquire(l);
+}
 #endif
 
 /* ---- bounded waits ------------------------------------------------------------ */

@@ -64,6 +64,20 @@ static inline void lock_init(lock_t *l, lock_rank_t r) {
   l->rank = (uint8_t)r;
 }
 
+#ifdef LOCUS_TLS_DYNAMIC
+#define LOCK_TLS __thread __attribute__((tls_model("global-dynamic")))
+#else
+#define LOCK_TLS __thread __attribute__((tls_model("initial-exec")))
+#endif
+/* True in the forking thread from the end of the prepare handler to the
+ * start of the parent's or child's: it holds every lock of the library
+ * then, and its takes and releases do nothing. Other libraries' fork
+ * handlers registered before locus's (a constructor that ran first) run
+ * inside that window (prepare handlers run in reverse order of
+ * registration, the others in order) and may allocate: without this, their
+ * first slow path waited for a lock its own thread held, forever. */
+extern LOCK_TLS bool lock_fork_holder;
+
 void lock_acquire(lock_t *l);
 void lock_wake(lock_t *l);             /* the release found a sleeper */
 #ifdef LOCUS_DEBUG
@@ -74,11 +88,13 @@ void lock_release(lock_t *l);
 bool lock_held(const lock_t *l);
 #else
 static inline bool lock_try(lock_t *l) {
+  if (__builtin_expect(lock_fork_holder, 0)) return true;
   int z = 0;
   return atomic_compare_exchange_strong_explicit(&l->v, &z, 1, memory_order_acquire,
                                                  memory_order_relaxed);
 }
 static inline void lock_release(lock_t *l) {
+  if (__builtin_expect(lock_fork_holder, 0)) return;
   if (__builtin_expect(atomic_exchange_explicit(&l->v, 0, memory_order_release) == 2, 0)) lock_wake(l);
 }
 #endif
