@@ -79,7 +79,16 @@ else:
     grep -q "^H $pid locus-trace" "$f" || bad "$f: no header of process $pid"
     grep -vq "^[HMARF] $pid " "$f" && bad "$f holds lines of another process"
   done
-  say "2. LOCUS_TRACE_FILE=t.%p: parent and forked child each trace to their own file"
+  # A name longer than 255 bytes once expanded (the pattern itself is not):
+  # no trace and a warning, not a file whose name is cut short.
+  mkdir "$W/long" || bad "mkdir"
+  long=$(printf 'd%.0s' $(seq 1 200))%p%p%p%p%p%p%p%p%p%p
+  env LD_PRELOAD="$LOCUS_LIB" LOCUS_TRACE_FILE="$W/long/$long" python3 -c 'a = bytearray(4 << 20)' \
+    2>"$W/long.err" || bad "python3 under a long LOCUS_TRACE_FILE failed"
+  [ -z "$(ls "$W/long")" ] || bad "LOCUS_TRACE_FILE expanded past 255 bytes wrote $(ls "$W/long")"
+  grep -q 'LOCUS_TRACE_FILE is longer than 255 bytes once expanded' "$W/long.err" ||
+    bad "no warning for a LOCUS_TRACE_FILE longer than 255 bytes once expanded: $(cat "$W/long.err")"
+  say "2. LOCUS_TRACE_FILE=t.%p: parent and forked child each trace to their own file; past 255 bytes: none"
 else
   say "2. skipped: no python3"
 fi
