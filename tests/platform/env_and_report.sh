@@ -58,7 +58,16 @@ env LD_PRELOAD="$LOCUS_LIB" LOCUS_STATS=1 LOCUS_STATS_FILE="$W/pct%%.txt" "$TRUE
 [ -s "$W/pct%.txt" ] || bad "%% did not give a percent sign"
 env LD_PRELOAD="$LOCUS_LIB" LOCUS_STATS=1 LOCUS_STATS_FILE="$W/norank.%r.txt" "$TRUE" & wait $!
 [ -s "$W/norank.$!.txt" ] || bad "%r without a rank: no norank.<pid>.txt ($(ls "$W"))"
-say "1. LOCUS_STATS_FILE: %p one file per process of a tree, %r from OMPI_COMM_WORLD_RANK / SLURM_PROCID / the pid, %%"
+# A FIFO nobody reads: the report goes to stderr with a warning, the
+# program does not hang at its exit (timeout outside the preload).
+if mkfifo "$W/fifo" 2>/dev/null; then
+  timeout 20 env LD_PRELOAD="$LOCUS_LIB" LOCUS_STATS=1 LOCUS_STATS_FILE="$W/fifo" "$TRUE" 2>"$W/fifo.err"
+  st=$?
+  [ $st -eq 0 ] || bad "LOCUS_STATS_FILE naming a FIFO without a reader: exit status $st (124: hung)"
+  grep -q "cannot open LOCUS_STATS_FILE \"$W/fifo\"" "$W/fifo.err" || bad "FIFO without a reader: no warning"
+  grep -q 'statistics (pid ' "$W/fifo.err" || bad "FIFO without a reader: no report on stderr"
+fi
+say "1. LOCUS_STATS_FILE: %p one file per process of a tree, %r from OMPI_COMM_WORLD_RANK / SLURM_PROCID / the pid, %%; a FIFO without a reader: stderr"
 
 # 2. the trace file, per process across a fork
 if command -v python3 >/dev/null 2>&1; then
