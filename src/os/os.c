@@ -576,8 +576,16 @@ long os_pagemap_read(uintptr_t first, size_t n, uint64_t *entries) {
   return got || !n ? (long)got : -1;
 }
 
+/* Opened without blocking: a FIFO with no reader fails (ENXIO) instead of
+ * hanging the program (at its exit, for the statistics); the descriptor then
+ * blocks again, so that a pipe with a slow reader gets every byte. */
 int os_open_append(const char *path) {
-  return os_open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
+  int fd = os_open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
+  if (fd >= 0) {
+    int fl = fcntl(fd, F_GETFL);       /* F_GETFL/F_SETFL are not cancellation points */
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  }
+  return fd;
 }
 
 void os_close(int fd) { syscall(SYS_close, fd); }

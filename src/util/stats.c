@@ -195,8 +195,8 @@ static void report_source(void *ctx, const source_t *s) {
 
 static void report_heap(void *ctx, const heap_t *h) {
   heap_ctx_t *c = ctx;
-  if (c->n++ >= 16) {
-    if (c->n == 18) text(c->t, "  (more heaps not shown)\n");
+  if (c->n++ >= 16) {                 /* the 17th and later: one note, at the first left out */
+    if (c->n == 17) text(c->t, "  (more heaps not shown)\n");
     return;
   }
   text(c->t, "  heap %s tid %d   : chunks %zu KiB, large blocks %zu KiB (%zu allocated), %zu remote frees, "

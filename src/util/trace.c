@@ -148,11 +148,17 @@ static bool ready(void) {
     }
     if (fd < 0) {
       char name[256];
-      options_expand_path(path, name, sizeof name);
-      fd = os_open_append(name);
-      if (fd < 0) {
-        locus_warn("LOCUS_TRACE_FILE=%s cannot be opened; no trace", name);
+      /* A name cut short would be another file (as LOCUS_STATS_FILE, no
+       * file rather than a wrong one). */
+      if (options_expand_path(path, name, sizeof name) >= sizeof name) {
+        locus_warn("LOCUS_TRACE_FILE is longer than %zu bytes once expanded; no trace", sizeof name - 1);
         atomic_store(&state, -1);
+      } else {
+        fd = os_open_append(name);
+        if (fd < 0) {
+          locus_warn("LOCUS_TRACE_FILE=%s cannot be opened; no trace", name);
+          atomic_store(&state, -1);
+        }
       }
     }
     if (fd >= 0) {

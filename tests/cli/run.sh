@@ -146,6 +146,16 @@ build-tree)
   contains "$tmp/out" "error       : --lib /nonexistent/liblocus.so: no such file" "locus --lib /nonexistent info"
   expect_status 1 "$locus" --lib /nonexistent/liblocus.so run -- true
   contains "$tmp/err" "--lib /nonexistent/liblocus.so: no such file" "locus --lib /nonexistent run"
+  # a file that is no liblocus.so: the loader would ignore it (or load it
+  # without effect) and the command run without locus, so run refuses it
+  printf 'not a library\n' > "$tmp/text.so"
+  expect_status 1 "$locus" --lib "$tmp/text.so" run -- true
+  contains "$tmp/err" "--lib $tmp/text.so: not an ELF shared library" "locus --lib <text file> run"
+  libc=$(ldd /bin/sh 2>/dev/null | sed -n 's/.*=> \(\/[^ ]*libc\.so[^ ]*\) .*/\1/p' | head -n1)
+  if [ -n "$libc" ]; then
+    expect_status 1 "$locus" --lib "$libc" run -- true
+    contains "$tmp/err" "--lib $libc: not liblocus.so (no locus_version symbol)" "locus --lib libc.so run"
+  fi
   # the profiles' help states eco's cost
   expect_status 0 "$locus" run --help
   contains "$tmp/out" "slower than glibc" "locus run --help on eco"

@@ -58,7 +58,16 @@ env LD_PRELOAD="$LOCUS_LIB" LOCUS_STATS=1 LOCUS_STATS_FILE="$W/pct%%.txt" "$TRUE
 [ -s "$W/pct%.txt" ] || bad "%% did not give a percent sign"
 env LD_PRELOAD="$LOCUS_LIB" LOCUS_STATS=1 LOCUS_STATS_FILE="$W/norank.%r.txt" "$TRUE" & wait $!
 [ -s "$W/norank.$!.txt" ] || bad "%r without a rank: no norank.<pid>.txt ($(ls "$W"))"
-say "1. LOCUS_STATS_FILE: %p one file per process of a tree, %r from OMPI_COMM_WORLD_RANK / SLURM_PROCID / the pid, %%"
+# A FIFO nobody reads: the report goes to stderr with a warning, the
+# program does not hang at its exit (timeout outside the preload).
+if mkfifo "$W/fifo" 2>/dev/null; then
+  timeout 20 env LD_PRELOAD="$LOCUS_LIB" LOCUS_STATS=1 LOCUS_STATS_FILE="$W/fifo" "$TRUE" 2>"$W/fifo.err"
+  st=$?
+  [ $st -eq 0 ] || bad "LOCUS_STATS_FILE naming a FIFO without a reader: exit status $st (124: hung)"
+  grep -q "cannot open LOCUS_STATS_FILE \"$W/fifo\"" "$W/fifo.err" || bad "FIFO without a reader: no warning"
+  grep -q 'statistics (pid ' "$W/fifo.err" || bad "FIFO without a reader: no report on stderr"
+fi
+say "1. LOCUS_STATS_FILE: %p one file per process of a tree, %r from OMPI_COMM_WORLD_RANK / SLURM_PROCID / the pid, %%; a FIFO without a reader: stderr"
 
 # 2. the trace file, per process across a fork
 if command -v python3 >/dev/null 2>&1; then
@@ -79,7 +88,16 @@ else:
     grep -q "^H $pid locus-trace" "$f" || bad "$f: no header of process $pid"
     grep -vq "^[HMARF] $pid " "$f" && bad "$f holds lines of another process"
   done
-  say "2. LOCUS_TRACE_FILE=t.%p: parent and forked child each trace to their own file"
+  # A name longer than 255 bytes once expanded (the pattern itself is not):
+  # no trace and a warning, not a file whose name is cut short.
+  mkdir "$W/long" || bad "mkdir"
+  long=$(printf 'd%.0s' $(seq 1 200))%p%p%p%p%p%p%p%p%p%p
+  env LD_PRELOAD="$LOCUS_LIB" LOCUS_TRACE_FILE="$W/long/$long" python3 -c 'a = bytearray(4 << 20)' \
+    2>"$W/long.err" || bad "python3 under a long LOCUS_TRACE_FILE failed"
+  [ -z "$(ls "$W/long")" ] || bad "LOCUS_TRACE_FILE expanded past 255 bytes wrote $(ls "$W/long")"
+  grep -q 'LOCUS_TRACE_FILE is longer than 255 bytes once expanded' "$W/long.err" ||
+    bad "no warning for a LOCUS_TRACE_FILE longer than 255 bytes once expanded: $(cat "$W/long.err")"
+  say "2. LOCUS_TRACE_FILE=t.%p: parent and forked child each trace to their own file; past 255 bytes: none"
 else
   say "2. skipped: no python3"
 fi
