@@ -100,8 +100,13 @@ static void child_work(void) {
   }
   free(l);
   for (int i = 1; i < 256; i += 2) free(small[i]);
+  /* A thread in the child; not under qemu-user 7.2 (LOCUS_TEST_EMULATOR), where a
+   * thread created in a child forked from a multi-threaded process crashes the
+   * emulator (see test_threads). */
   pthread_t t;
-  if (pthread_create(&t, NULL, child_thread, NULL) != 0 || pthread_join(t, NULL) != 0) _exit(6);
+  if (!getenv("LOCUS_TEST_EMULATOR") &&
+      (pthread_create(&t, NULL, child_thread, NULL) != 0 || pthread_join(t, NULL) != 0))
+    _exit(6);
   locus_collect();
   locus_stats_print();
   for (const lock_class_t *c = lock_classes(); c; c = c->next) {
