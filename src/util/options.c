@@ -12,9 +12,12 @@
  * steer a privileged program's allocator or make it write files.
  *
  * Once per process tree: a process that printed its banner (LOCUS_VERBOSE=1)
- * or a warning about an unknown name sets LOCUS_SHOWN_BY=<its pid> in its
- * environment (from a constructor, outside malloc); the programs it starts
- * inherit it and print neither. LOCUS_VERBOSE=all prints the banner in each. */
+ * or a warning about an unknown name sets LOCUS_SHOWN_BY=<its pid>:<hash> in
+ * its environment (from a constructor, outside malloc), where <hash> names
+ * the set of misspelled LOCUS_ names its environment held; the programs it
+ * starts inherit it and print no banner, and warn about misspellings only
+ * when their own set differs (a name set in a child is still warned about).
+ * LOCUS_VERBOSE=all prints the banner in each. */
 #include "util/options.h"
 
 #include <errno.h>
@@ -200,7 +203,7 @@ static option_t table[] = {
    T_NUMA, 0, 0, NULL, NULL, NULL},
   {{"verbose", "LOCUS_VERBOSE", "bool", "0", "0/1, yes/no, on/off, true/false, all",
     "Print a banner (version, profile, nodes, kernel features) and the effective settings at start, in the "
-    "first process of a process tree (it sets LOCUS_SHOWN_BY=<pid> for the programs it starts); all: in "
+    "first process of a process tree (it sets LOCUS_SHOWN_BY=<pid>:<hash> for the programs it starts); all: in "
     "every process.", RT},
    T_BOOL, 0, 0, NULL, &locus_opt.verbose, NULL},
 };
@@ -376,8 +379,19 @@ static const char *const not_settings[] = {SHOWN_VAR, "LOCUS_CACHE_DIR"};
 /* One environment entry "LOCUS_NAME=value": a warning when NAME is no
  * setting but within a misspelling of one (at most 1 + a quarter of its
  * length past "LOCUS_" edits: LOCUS_PROFLE is, LOCUS_LIB is not LOCUS_THP). */
+typedef struct {
+  bool print;                          /* warn, or only hash */
+  unsigned long hash;                  /* of the misspelled names seen: order-free (xor) */
+} name_check_t;
+
+static unsigned long name_hash(const char *s) {   /* FNV-1a, never 0 */
+  uint64_t h = 14695981039346656037ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return (unsigned long)(h | 1);
+}
+
 static void check_name(const char *entry, void *ctx) {
-  (void)ctx;
+  name_check_t *c = ctx;
   char name[NAME_MAX_CMP + 8];
   size_t n = 0;
   while (entry[n] && entry[n] != '=' && n + 1 < sizeof name) name[n] = entry[n], n++;
@@ -395,8 +409,36 @@ static void check_name(const char *entry, void *ctx) {
     if (d < best_d || (d == best_d && p > best_p)) best = env, best_d = d, best_p = p;
   }
   if (!best || best_d > 1 + strlen(name + 6) / 4) return;
+  c->hash ^= name_hash(name);
+  if (!c->print) return;
   locus_warn("%s is not a locus setting (ignored); did you mean %s?", name, best);
   shown_here = true;
+}
+
+/* The hash a parent left in LOCUS_SHOWN_BY (after the ':'), 0 if none. */
+static unsigned long parent_names_hash(void) {
+  const char *v = os_getenv(SHOWN_VAR), *colon = v ? strchr(v, ':') : NULL;
+  unsigned long h = 0;
+  if (!colon) return 0;
+  for (const char *q = colon + 1; *q; q++) {
+    int d = *q >= '0' && *q <= '9' ? *q - '0' : *q >= 'a' && *q <= 'f' ? *q - 'a' + 10 : -1;
+    if (d < 0) return 0;
+    h = h << 4 | (unsigned long)d;
+  }
+  return h;
+}
+
+static unsigned long names_hash;       /* of this process's misspelled names */
+
+/* Warns about misspelled LOCUS_ names unless the parent that set
+ * LOCUS_SHOWN_BY already warned about the same set. */
+static void check_names(void) {
+  name_check_t c = {false, 0};
+  os_env_each("LOCUS_", check_name, &c);
+  names_hash = c.hash;
+  if (!c.hash || c.hash == parent_names_hash()) return;
+  c = (name_check_t){true, 0};
+  os_env_each("LOCUS_", check_name, &c);
 }
 
 /* After start-up, outside malloc: tell the programs this process starts that
@@ -404,8 +446,8 @@ static void check_name(const char *entry, void *ctx) {
 __attribute__((constructor)) static void options_ctor(void) {
   locus_init();
   if (!shown_here) return;
-  char pid[24];
-  fmt_buf(pid, sizeof pid, "%d", os_getpid());
+  char pid[48];
+  fmt_buf(pid, sizeof pid, "%d:%lx", os_getpid(), names_hash);
   os_setenv(SHOWN_VAR, pid);
 }
 
@@ -435,7 +477,7 @@ void options_init(void) {
   }
   update_bound();
   if (trace_file[0]) trace_start(trace_file);
-  if (!os_getenv(SHOWN_VAR)) os_env_each("LOCUS_", check_name, NULL);
+  check_names();
 }
 
 /* ---- reports --------------------------------------------------------------- */

@@ -13,7 +13,8 @@
 #     (LOCUS_LIB, LOCUS_CACHE_DIR, LOCUS_SAMPLE_FILE) and names far from every
 #     setting are not.
 #  4. LOCUS_VERBOSE=1 prints the banner once in the same tree, and the
-#     children see LOCUS_SHOWN_BY=<pid of the first>; LOCUS_VERBOSE=all prints
+#     children see LOCUS_SHOWN_BY=<pid of the first>:<hash> (a misspelling
+#     only a child has is still warned about); LOCUS_VERBOSE=all prints
 #     it in each of the three.
 #  5. The report labels what it counts: large blocks live, heap chunks,
 #     cached, reserved (= chunks + cached for ls, which has no large
@@ -114,9 +115,13 @@ others=$(grep -v LOCUS_PROFLE "$W/names.err")
 tree LOCUS_VERBOSE=1 2>"$W/v1.err"
 n=$(grep -c ' active in pid ' "$W/v1.err")
 [ "$n" -eq 1 ] || bad "LOCUS_VERBOSE=1 in a tree of 3: $n banners, expected 1"
-shown=$(env LD_PRELOAD="$LOCUS_LIB" LOCUS_VERBOSE=1 sh -c 'echo "$LOCUS_SHOWN_BY $$"' 2>/dev/null)
+shown=$(env LD_PRELOAD="$LOCUS_LIB" LOCUS_VERBOSE=1 sh -c 'echo "${LOCUS_SHOWN_BY%%:*} $$"' 2>/dev/null)
 set -- $shown
-[ $# -eq 2 ] && [ "$1" = "$2" ] || bad "the children do not see LOCUS_SHOWN_BY=<pid of the shell>: '$shown'"
+[ $# -eq 2 ] && [ "$1" = "$2" ] || bad "the children do not see LOCUS_SHOWN_BY=<pid of the shell>:<hash>: '$shown'"
+# A misspelling only a child has is still warned about, below a parent that printed.
+env LD_PRELOAD="$LOCUS_LIB" LOCUS_VERBOSE=1 sh -c 'LOCUS_PROFLE=eco /bin/true' 2>"$W/child.err"
+grep -q 'LOCUS_PROFLE is not a locus setting' "$W/child.err" ||
+  bad "a child's own misspelling below a banner was not warned about: $(cat "$W/child.err")"
 tree LOCUS_VERBOSE=all 2>"$W/vall.err"
 n=$(grep -c ' active in pid ' "$W/vall.err")
 [ "$n" -eq 3 ] || bad "LOCUS_VERBOSE=all in a tree of 3: $n banners, expected 3"
