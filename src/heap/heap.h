@@ -5,7 +5,7 @@
 
 #include <limits.h>
 
-#include "numa/topology.h"
+#include "os/topology.h"
 #include "registry/registry.h"
 #include "source/source.h"
 #include "types.h"
@@ -268,13 +268,7 @@ static ALWAYS_INLINE bool small_frame_holds(uintptr_t c) {
 void small_frames_add(uintptr_t c);
 void small_frames_remove(uintptr_t c);
 
-/* The TLS model is a build option: initial-exec (one load, for LD_PRELOAD and
- * linking) or the dynamic model that dlopen always accepts. */
-#ifdef LOCUS_TLS_DYNAMIC
-#define LOCUS_TLS __thread __attribute__((tls_model("global-dynamic")))
-#else
-#define LOCUS_TLS __thread __attribute__((tls_model("initial-exec")))
-#endif
+/* LOCUS_TLS: types.h. */
 extern LOCUS_TLS heap_t *locus_tls_heap;
 /* hidden on the declaration too: one load relative to the instruction
  * pointer instead of an address from the GOT then a load */

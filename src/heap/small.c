@@ -35,7 +35,7 @@
 
 #include "heap/heap.h"
 #include "os/os.h"
-#include "util/options.h"
+#include "config/options.h"
 
 uint8_t locus_class_of16[SMALL_MAX / 16 + 1];
 uint32_t locus_class_size[NUM_CLASSES];
