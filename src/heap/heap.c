@@ -474,4 +474,3 @@ __attribute__((constructor)) static void locus_ctor(void) {
   locus_init();
   pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
-

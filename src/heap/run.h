@@ -21,6 +21,8 @@
  *   TF_NOTIFYING -> 0   that free, once the run is on the owner heap's notify
  *                       stack (small_notify: run_notify_end)
  *   TF_FULL -> 0        the owner takes the run back itself (run_unfull)
+ * Each has its function below (run_tf_mark_full, tf_push_state in the remote
+ * free's CAS, run_notify_end, run_tf_unfull).
  *
  * Actors.
  *   owner        the heap's thread; or, for a heap without one (orphan), the
@@ -106,6 +108,24 @@ static ALWAYS_INLINE void run_enter_free(run_t *run) {
   run_state_store(run, RUN_FREE);
 }
 
+/* 0 -> TF_FULL, by the owner marking the run full, from `tf` (no remote free
+ * pending, no notification in flight: run_mark_full saw both); fails when
+ * remote frees came meanwhile. */
+static inline bool run_tf_mark_full(run_t *run, uintptr_t tf) {
+  LOCUS_ASSERT(!(tf & (TF_STATE_MASK | TF_COUNT_MASK)));
+  return atomic_compare_exchange_strong_explicit(&run->thread_free, &tf, TF_FULL, memory_order_acq_rel,
+                                                 memory_order_relaxed);
+}
+/* TF_FULL -> 0, by the owner taking a full run back itself; a notification
+ * already in flight (TF_NOTIFYING) is left to end, and notify_drain then
+ * ignores the run, which is no longer full. */
+static inline void run_tf_unfull(run_t *run) {
+  uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
+  while ((tf & TF_STATE_MASK) == TF_FULL &&
+         !atomic_compare_exchange_weak_explicit(&run->thread_free, &tf, tf & ~TF_STATE_MASK,
+                                                memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
 /* The notification state a remote free pushes with: TF_FULL becomes
  * TF_NOTIFYING (this free tells the owner: small_notify), TF_NOTIFYING stays
  * (another free is telling it), 0 stays. */

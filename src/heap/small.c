@@ -111,7 +111,10 @@ static void run_extend(chunk_t *c, run_t *run) {
   run->free = head;
 }
 
+/* CURRENT <-> PARTIAL moves a RUN_ACTIVE run between cur[] and the partial
+ * list (heap/run.h); a partial run is never current. */
 static void partial_push(heap_t *h, run_t *run) {   /* at the tail: oldest first */
+  LOCUS_ASSERT(run_state(run) == RUN_ACTIVE && h->cur[run->cls] != run);
   unsigned cls = run->cls;
   run->next = NULL;
   run->prev = h->partial_tail[cls];
@@ -121,6 +124,7 @@ static void partial_push(heap_t *h, run_t *run) {   /* at the tail: oldest first
 }
 
 static void partial_unlink(heap_t *h, run_t *run) {
+  LOCUS_ASSERT(run_state(run) == RUN_ACTIVE && h->cur[run->cls] != run);
   if (run->prev) run->prev->next = run->next;
   else h->partial[run->cls] = run->next;
   if (run->next) run->next->prev = run->prev;
@@ -317,8 +321,7 @@ static bool run_mark_full(heap_t *h, chunk_t *c, run_t *run) {
     /* Every earlier push of this run on the stack ended before TF_NOTIFYING
      * was cleared, which we saw: drain now, so it is on the stack no more. */
     if (atomic_load_explicit(&h->notify, memory_order_relaxed)) notify_drain(h);
-    if (atomic_compare_exchange_strong_explicit(&run->thread_free, &tf, TF_FULL, memory_order_acq_rel,
-                                                memory_order_relaxed)) {
+    if (run_tf_mark_full(run, tf)) {
       run_enter_full(run);
       return false;
     }
@@ -413,11 +416,7 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
  * on its way is ignored by notify_drain (the run is no longer full). */
 static void run_unfull(heap_t *h, run_t *run) {
   run_leave_full(run);
-  uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
-  while ((tf & TF_STATE_MASK) == TF_FULL &&
-         !atomic_compare_exchange_weak_explicit(&run->thread_free, &tf, tf & ~TF_STATE_MASK,
-                                                memory_order_relaxed, memory_order_relaxed)) {
-  }
+  run_tf_unfull(run);
   partial_push(h, run);
 }
 
