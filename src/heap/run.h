@@ -45,8 +45,9 @@
  *                                                 (owner, collector, remote freer)
  *   run_leave_full      FULL -> PARTIAL           run_unfull (the owner's free),
  *                                                 notify_drain (whoever holds the lock)
- *   run_enter_free      CURRENT*|PARTIAL|FULL -> FREE   small_run_retire
- *                       (* never current: run_unhook_current first)
+ *   run_enter_free      PARTIAL|FULL -> FREE      small_run_retire (a current
+ *                                                 run is unhooked first:
+ *                                                 run_unhook_current makes it FULL)
  *
  * Why it is correct.
  * 1. `state` is written under the heap's lock only; the owner alone reads it
