@@ -28,6 +28,14 @@
 #define LOCUS_EXPORT __attribute__((visibility("default")))
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* The TLS model is a build option: initial-exec (one load, for LD_PRELOAD and
+ * linking) or the dynamic model that dlopen always accepts. */
+#ifdef LOCUS_TLS_DYNAMIC
+#define LOCUS_TLS __thread __attribute__((tls_model("global-dynamic")))
+#else
+#define LOCUS_TLS __thread __attribute__((tls_model("initial-exec")))
+#endif
 #define NOINLINE __attribute__((noinline))
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #define CACHE_LINE ARCH_CACHE_LINE

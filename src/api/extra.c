@@ -3,7 +3,7 @@
 
 #include "heap/heap.h"
 #include "source/source.h"
-#include "util/options.h"
+#include "config/options.h"
 
 #define STR2(x) #x
 #define STR(x) STR2(x)

@@ -9,8 +9,8 @@
 #include "api/api.h"
 #include "heap/heap.h"
 #include "os/os.h"
-#include "util/options.h"
-#include "util/trace.h"
+#include "config/options.h"
+#include "config/trace.h"
 
 /* Sizes at or above this can never be satisfied (glibc uses the same bound). */
 #define MAX_REQUEST ((size_t)PTRDIFF_MAX - 2 * PAGE_SIZE)

@@ -7,7 +7,8 @@
 #include <stdint.h>
 
 #include "heap/heap.h"
-#include "numa/topology.h"
+#include "numa/next_touch.h"
+#include "os/topology.h"
 #include "os/os.h"
 
 /* Sizes at or above this can never be satisfied (as in malloc.c). */
@@ -55,3 +56,35 @@ LOCUS_EXPORT int locus_thread_node(void) {
 }
 
 LOCUS_EXPORT int locus_rebind(void) { return heap_rebind(); }
+
+/* ---- migrate on next touch (numa/next_touch.c) ---------------------------- */
+
+LOCUS_EXPORT int locus_next_touch(void *p, size_t len) {
+  locus_init();
+  uintptr_t a = (uintptr_t)p, b;
+  region_t *r = p ? registry_lookup(p) : NULL;
+  if (!r || r->kind != REGION_LARGE || !len || __builtin_add_overflow(a, len, &b) ||
+      b > (uintptr_t)r + r->size) {
+    errno = EINVAL;                    /* not inside one large block of locus */
+    return -1;
+  }
+  large_t *l = (large_t *)r;
+  if (l->magic != LARGE_LIVE || a < (uintptr_t)r + l->user_off) {
+    errno = EINVAL;
+    return -1;
+  }
+  size_t page = os_page_size();
+  a &= ~(uintptr_t)(page - 1);         /* whole pages: they belong to this block only */
+  b = align_up(b, page);
+  return next_touch_range(r, a, b);
+}
+
+LOCUS_EXPORT int locus_next_touch_resolve(void *p, size_t len) {
+  uintptr_t a = (uintptr_t)p, b;
+  if ((!p && len) || __builtin_add_overflow(a, len, &b)) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (len) next_touch_resolve(a, b);
+  return 0;
+}

@@ -18,10 +18,10 @@
 
 #include "heap/heap.h"
 
-#include "numa/topology.h"
+#include "os/topology.h"
 #include "os/os.h"
 #include "util/lock.h"
-#include "util/options.h"
+#include "config/options.h"
 #include "util/stats.h"
 
 LOCUS_TLS heap_t *locus_tls_heap;
@@ -474,5 +474,3 @@ __attribute__((constructor)) static void locus_ctor(void) {
   locus_init();
   pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
-
-__attribute__((destructor)) static void locus_dtor(void) { stats_at_exit(); }

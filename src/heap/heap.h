@@ -5,7 +5,7 @@
 
 #include <limits.h>
 
-#include "numa/topology.h"
+#include "os/topology.h"
 #include "registry/registry.h"
 #include "source/source.h"
 #include "types.h"
@@ -73,7 +73,7 @@ typedef struct run_s {
   /* lists */
   void *free __attribute__((aligned(64)));   /* malloc pops here, the owner's frees push here */
   uint16_t used;               /* blocks handed out (those on thread_free included until collected) */
-  uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL: the owner's view; run_set_state */
+  uint8_t state;               /* RUN_FREE, RUN_ACTIVE, RUN_FULL: the owner's view (heap/run.h) */
   _Atomic(uintptr_t) thread_free; /* remote frees, see above */
   struct run_s *next, *prev;   /* the heap's list of non-full runs of this class */
   struct run_s *_Atomic notify_next; /* link on the owner heap's notify stack */
@@ -268,13 +268,7 @@ static ALWAYS_INLINE bool small_frame_holds(uintptr_t c) {
 void small_frames_add(uintptr_t c);
 void small_frames_remove(uintptr_t c);
 
-/* The TLS model is a build option: initial-exec (one load, for LD_PRELOAD and
- * linking) or the dynamic model that dlopen always accepts. */
-#ifdef LOCUS_TLS_DYNAMIC
-#define LOCUS_TLS __thread __attribute__((tls_model("global-dynamic")))
-#else
-#define LOCUS_TLS __thread __attribute__((tls_model("initial-exec")))
-#endif
+/* LOCUS_TLS: types.h. */
 extern LOCUS_TLS heap_t *locus_tls_heap;
 /* hidden on the declaration too: one load relative to the instruction
  * pointer instead of an address from the GOT then a load */
@@ -360,19 +354,7 @@ static ALWAYS_INLINE unsigned size_class(size_t size) {
  * an atomic 16-bit decrement into four instructions instead of one); the
  * thread sanitizer must see atomics. */
 static ALWAYS_INLINE unsigned run_used(const run_t *run) { return __atomic_load_n(&run->used, __ATOMIC_ACQUIRE); }
-/* `state` is written under the heap's lock only, but the owner reads it
- * without the lock when it frees (small_free_run), and the writer may be
- * another thread: a remote free that retires a run drains the notify stack
- * (a full run of the stack becomes RUN_ACTIVE and partial). The owner acts
- * right on either value: RUN_FULL takes the lock and decides again
- * (small_free_update); RUN_ACTIVE pushes onto the run's own list, which
- * only the owner touches while it holds one of the run's blocks. So the
- * accesses are atomic, for the language and the thread sanitizer, and
- * unordered (a plain byte load or store on x86-64 and aarch64). */
-static ALWAYS_INLINE unsigned run_state(const run_t *run) { return __atomic_load_n(&run->state, __ATOMIC_RELAXED); }
-static ALWAYS_INLINE void run_set_state(run_t *run, unsigned st) {
-  __atomic_store_n(&run->state, (uint8_t)st, __ATOMIC_RELAXED);
-}
+#include "heap/run.h"                  /* the run lifecycle: states, transitions */
 #if defined(__SANITIZE_THREAD__)      /* GCC */
 #define LOCUS_TSAN 1
 #elif defined(__has_feature)
@@ -543,10 +525,6 @@ void small_cache_flush(heap_t *h);
 bool small_cache_empty(const heap_t *h);
 /* The owner's exit: other heaps' blocks leave the cache, its own stay. */
 void small_cache_exit(heap_t *h);
-/* The state a remote free pushes with: TF_FULL becomes TF_NOTIFYING (this
- * free tells the owner: small_notify), TF_NOTIFYING stays (another free is
- * telling it), 0 stays. */
-static ALWAYS_INLINE uintptr_t tf_push_state(uintptr_t old) { return (old & TF_STATE_MASK) ? TF_NOTIFYING : 0; }
 /* Another thread's free: one CAS on the run's thread_free, none on the heap,
  * except the first free into a full run, which tells the owner (small_notify). */
 static ALWAYS_INLINE void small_free_remote(heap_t *owner, run_t *run, void *p) {

@@ -10,8 +10,8 @@
 #include "heap/heap.h"
 #include "numa/next_touch.h"
 #include "os/os.h"
-#include "util/options.h"
-#include "util/trace.h"
+#include "config/options.h"
+#include "config/trace.h"
 
 #define HDR_ROOM 64u
 

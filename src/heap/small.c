@@ -18,7 +18,8 @@
  * gathered frees by the time it is taken again), full (RUN_FULL, on no list:
  * found again through the chunk when the owner frees one of its blocks, or
  * through the heap's notify stack when another thread does), or unused
- * (RUN_FREE, its slot free in the chunk's bitmap).
+ * (RUN_FREE, its slot free in the chunk's bitmap). The states, actors, transitions
+ * and why they are safe: heap/run.h.
  *
  * Free lists are sharded per run (free / thread_free, see
  * heap.h): a remote free touches only the run's descriptor, and the owner
@@ -35,7 +36,7 @@
 
 #include "heap/heap.h"
 #include "os/os.h"
-#include "util/options.h"
+#include "config/options.h"
 
 uint8_t locus_class_of16[SMALL_MAX / 16 + 1];
 uint32_t locus_class_size[NUM_CLASSES];
@@ -64,7 +65,7 @@ static void run_init(run_t *run, unsigned cls, uint16_t color) {
   run->cls = (uint8_t)cls;
   run->bsize = bs;
   run->recip = (uint32_t)(((uint64_t)1 << 32) / bs + 1);
-  run_set_state(run, RUN_ACTIVE);
+  run_enter_current(run);
   atomic_store_explicit(&run->thread_free, 0, memory_order_relaxed);
   run->next = run->prev = NULL;
   atomic_store_explicit(&run->notify_next, NULL, memory_order_relaxed);
@@ -110,7 +111,10 @@ static void run_extend(chunk_t *c, run_t *run) {
   run->free = head;
 }
 
+/* CURRENT <-> PARTIAL moves a RUN_ACTIVE run between cur[] and the partial
+ * list (heap/run.h); a partial run is never current. */
 static void partial_push(heap_t *h, run_t *run) {   /* at the tail: oldest first */
+  LOCUS_ASSERT(run_state(run) == RUN_ACTIVE && h->cur[run->cls] != run);
   unsigned cls = run->cls;
   run->next = NULL;
   run->prev = h->partial_tail[cls];
@@ -120,6 +124,7 @@ static void partial_push(heap_t *h, run_t *run) {   /* at the tail: oldest first
 }
 
 static void partial_unlink(heap_t *h, run_t *run) {
+  LOCUS_ASSERT(run_state(run) == RUN_ACTIVE && h->cur[run->cls] != run);
   if (run->prev) run->prev->next = run->next;
   else h->partial[run->cls] = run->next;
   if (run->next) run->next->prev = run->prev;
@@ -243,7 +248,7 @@ static void notify_drain(heap_t *h) {
   while (r) {
     run_t *next = atomic_load_explicit(&r->notify_next, memory_order_relaxed);
     if (r->state == RUN_FULL) {
-      run_set_state(r, RUN_ACTIVE);
+      run_leave_full(r);
       partial_push(h, r);
     }
     r = next;
@@ -278,7 +283,7 @@ NOINLINE void small_notify(heap_t *owner, run_t *run) {
   } while (!atomic_compare_exchange_weak_explicit(&owner->notify, &head, run, memory_order_release,
                                                   memory_order_relaxed));
   if (unlikely(small_notify_hook != NULL)) small_notify_hook(1);
-  atomic_fetch_and_explicit(&run->thread_free, ~TF_STATE_MASK, memory_order_release);
+  run_notify_end(run);
   waitq_wake(&notify_wq);
 }
 
@@ -306,7 +311,7 @@ static bool run_mark_full(heap_t *h, chunk_t *c, run_t *run) {
       return true;
     }
     if ((tf & TF_STATE_MASK) == TF_FULL) {   /* already marked */
-      run_set_state(run, RUN_FULL);
+      run_enter_full(run);
       return false;
     }
     if (tf & TF_STATE_MASK) {          /* a notification of an earlier full period ends */
@@ -316,9 +321,8 @@ static bool run_mark_full(heap_t *h, chunk_t *c, run_t *run) {
     /* Every earlier push of this run on the stack ended before TF_NOTIFYING
      * was cleared, which we saw: drain now, so it is on the stack no more. */
     if (atomic_load_explicit(&h->notify, memory_order_relaxed)) notify_drain(h);
-    if (atomic_compare_exchange_strong_explicit(&run->thread_free, &tf, TF_FULL, memory_order_acq_rel,
-                                                memory_order_relaxed)) {
-      run_set_state(run, RUN_FULL);
+    if (run_tf_mark_full(run, tf)) {
+      run_enter_full(run);
       return false;
     }
   }
@@ -371,7 +375,7 @@ void *small_alloc_slow(heap_t *h, unsigned cls) {
 static void run_unhook_current(heap_t *h, run_t *run) {
   LOCUS_ASSERT(h->cur[run->cls] == run && run->state == RUN_ACTIVE);
   __atomic_store_n(&h->cur[run->cls], &locus_empty_run, __ATOMIC_RELAXED);
-  run_set_state(run, RUN_FULL);
+  run_enter_full(run);
 }
 
 /* Retires an empty run that is not current; its chunk goes back when all of
@@ -388,7 +392,7 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
   waitq_wait(&notify_wq, notify_ended, run);
   if (atomic_load_explicit(&h->notify, memory_order_relaxed)) notify_drain(h);
   if (run->state != RUN_FULL) partial_unlink(h, run);
-  run_set_state(run, RUN_FREE);
+  run_enter_free(run);
   atomic_store_explicit(&run->thread_free, 0, memory_order_relaxed);
   run->free = NULL;
   run_set_span(run, 0, 0);             /* a late free into the slot is caught as invalid */
@@ -411,12 +415,8 @@ static void small_run_retire(heap_t *h, chunk_t *c, run_t *run, bool owner) {
 /* Ends a run's full period: back on the partial list; a notification still
  * on its way is ignored by notify_drain (the run is no longer full). */
 static void run_unfull(heap_t *h, run_t *run) {
-  run_set_state(run, RUN_ACTIVE);
-  uintptr_t tf = atomic_load_explicit(&run->thread_free, memory_order_relaxed);
-  while ((tf & TF_STATE_MASK) == TF_FULL &&
-         !atomic_compare_exchange_weak_explicit(&run->thread_free, &tf, tf & ~TF_STATE_MASK,
-                                                memory_order_relaxed, memory_order_relaxed)) {
-  }
+  run_leave_full(run);
+  run_tf_unfull(run);
   partial_push(h, run);
 }
 
@@ -538,7 +538,7 @@ static void reclaim_current(heap_t *h) {
     LOCUS_ASSERT(run->state == RUN_ACTIVE && run_all_free(run));
     chunk_t *c = run_chunk(run);
     collect_list(h, c, run, false);    /* checked for double frees; the retire drops the lists */
-    run_set_state(run, RUN_FULL);      /* on no list (it was current) */
+    run_enter_full(run);               /* on no list (it was current) */
     small_run_retire(h, c, run, false);
   }
   heap_stat_add_shared(&h->st_reclaimed_runs, ok ? n : 0);
@@ -640,7 +640,7 @@ static bool collect_run(heap_t *h, chunk_t *c, run_t *run, bool park) {
   else partial_unlink(h, run);
   while (run_mark_full(h, c, run)) {   /* took new remote frees */
     if (run->used == 0) {
-      run_set_state(run, RUN_FULL);    /* on no list */
+      run_enter_full(run);             /* on no list */
       small_run_retire(h, c, run, true);
       return true;
     }

@@ -56,11 +56,10 @@
 
 #include "numa/next_touch.h"
 
-#include "heap/heap.h"
-#include "numa/topology.h"
+#include "config/options.h"
 #include "os/os.h"
+#include "os/topology.h"
 #include "util/lock.h"
-#include "util/options.h"
 
 #define NT_SLOTS 256
 #define NT_GROUPS 32                   /* one bit each in the low half of a state word */
@@ -668,39 +667,18 @@ const char *next_touch_engine(void) {
   return e == 1 ? "uffd" : e == 2 ? "protect" : "none";
 }
 
-LOCUS_EXPORT int locus_next_touch(void *p, size_t len) {
-  locus_init();
-  uintptr_t a = (uintptr_t)p, b;
-  region_t *r = p ? registry_lookup(p) : NULL;
-  if (!r || r->kind != REGION_LARGE || !len || __builtin_add_overflow(a, len, &b) ||
-      b > (uintptr_t)r + r->size) {
-    errno = EINVAL;                    /* not inside one large block of locus */
-    return -1;
-  }
-  large_t *l = (large_t *)r;
-  if (l->magic != LARGE_LIVE || a < (uintptr_t)r + l->user_off) {
-    errno = EINVAL;
-    return -1;
-  }
-  size_t page = os_page_size();
-  a &= ~(uintptr_t)(page - 1);         /* whole pages: they belong to this block only */
-  b = align_up(b, page);
-  /* A kernel without NUMA: pages have nowhere to go. */
+/* Behind locus_next_touch (api/numa.c): [a, b), whole pages of the live
+ * large block `owner`. A kernel without NUMA: pages have nowhere to go. */
+int next_touch_range(region_t *owner, uintptr_t a, uintptr_t b) {
   if (!os_features.numa && !atomic_load(&nt_forced)) return 0;
-  return next_touch_mark(r, a, b);
+  return next_touch_mark(owner, a, b);
 }
 
-LOCUS_EXPORT int locus_next_touch_resolve(void *p, size_t len) {
-  uintptr_t a = (uintptr_t)p, b;
-  if ((!p && len) || __builtin_add_overflow(a, len, &b)) {
-    errno = EINVAL;
-    return -1;
-  }
-  if (len) {
-    sigset_t held;
-    signals_hold(&held);
-    resolve(a, b);
-    signals_release(&held);
-  }
-  return 0;
+/* Behind locus_next_touch_resolve (api/numa.c), with every signal held
+ * (signals_hold): the resolver owns the groups it moves. */
+void next_touch_resolve(uintptr_t a, uintptr_t b) {
+  sigset_t held;
+  signals_hold(&held);
+  resolve(a, b);
+  signals_release(&held);
 }

@@ -4,6 +4,11 @@
 
 #include "types.h"
 
+/* Marks [a, b) of the live large block `owner` (whole pages, checked by the
+ * caller, api/numa.c) for migration on next touch: 0, or -1 and errno. */
+int next_touch_range(region_t *owner, uintptr_t a, uintptr_t b);
+/* Migrates now the pages of [a, b) still pending. */
+void next_touch_resolve(uintptr_t a, uintptr_t b);
 /* Cancels the pending ranges of a block about to be freed or resized: they
  * become accessible where they are (after handlers moving one of its groups
  * have finished). */

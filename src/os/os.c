@@ -1,5 +1,6 @@
 /* The OS layer: memory, processes, files. Every system call of locus is in
- * src/os/: this file, features.c, pressure.c, wait.c (futex waits), zero.c (calloc's clearing). */
+ * src/os/: this file, features.c, pressure.c, topology.c, sys.c (futex, yield, stderr),
+ * zero.c (calloc's clearing). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -506,7 +507,6 @@ uint64_t os_random(void) {
 
 long os_gettid(void) { return syscall(SYS_gettid); }
 int os_getpid(void) { return (int)getpid(); }
-void os_yield(void) { sched_yield(); }
 
 /* Asymmetric fences (membarrier, private expedited): registered once at
  * init; without it (old kernel, seccomp) os_membarrier says false. */
@@ -543,7 +543,7 @@ int os_open(const char *path, int flags, unsigned mode) {
 }
 long os_read(int fd, void *buf, size_t len) { return syscall(SYS_read, fd, buf, len); }
 long os_pread(int fd, void *buf, size_t len, int64_t off) { return syscall(SYS_pread64, fd, buf, len, (long)off); }
-static long os_write(int fd, const void *buf, size_t len) { return syscall(SYS_write, fd, buf, len); }
+/* write: os_write_all, in sys.c (below the locks and messages). */
 
 int os_read_file(const char *path, char *buf, size_t len) {
   int fd = os_open(path, O_RDONLY | O_CLOEXEC, 0);
@@ -589,51 +589,6 @@ int os_open_append(const char *path) {
 }
 
 void os_close(int fd) { syscall(SYS_close, fd); }
-
-bool os_write_all(int fd, const char *buf, size_t len) {
-  while (len) {
-    long w = os_write(fd, buf, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    buf += w;
-    len -= (size_t)w;
-  }
-  return true;
-}
-
-/* ---- stderr that survives the program closing it ------------------------- */
-static int err_copy = -1;
-static dev_t err_dev;
-static ino_t err_ino;
-
-void os_stderr_keep(void) {
-  struct stat st;
-  if (err_copy >= 0 || fstat(2, &st) != 0) return;
-  /* A high number, away from the descriptors programs and shells number by
-   * hand (exec 3>file); below 100 only when the limit is that low. */
-  int fd = fcntl(2, F_DUPFD_CLOEXEC, 100);
-  if (fd < 0) fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
-  if (fd < 0) return;
-  err_dev = st.st_dev;
-  err_ino = st.st_ino;
-  err_copy = fd;
-}
-
-/* fd 2 first when it is open: that honours the program's own redirections
- * (freopen, dup2). A descriptor 2 that the program closed and that a later
- * open reused cannot be told apart from a redirection; a write that fails on
- * it (a file opened read-only) falls back to the copy. */
-void os_write_stderr(const char *buf, size_t len) {
-  int saved = errno;
-  if (fcntl(2, F_GETFD) >= 0 && os_write_all(2, buf, len)) {
-    errno = saved;
-    return;
-  }
-  struct stat st;                        /* the copy's number may have been reused since */
-  if (err_copy >= 0 && fstat(err_copy, &st) == 0 && st.st_dev == err_dev && st.st_ino == err_ino)
-    os_write_all(err_copy, buf, len);
-  errno = saved;
-}
 
 bool os_secure(void) { return getauxval(AT_SECURE) != 0; }
 

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "os/sys.h"              /* futex, yield, stderr: below util/ */
+
 /* ---- memory ------------------------------------------------------------- */
 void *os_map(size_t size);                 /* fresh zeroed pages or NULL */
 /* Fresh pages for memory that goes back to the kernel and comes again: with
@@ -158,13 +160,6 @@ int os_tid_cpu(long tid);                                /* the CPU a thread of 
 uint64_t os_random(void);
 long os_gettid(void);
 int os_getpid(void);
-void os_yield(void);
-/* Sleeps while *word equals `expected`, at most timeout_ns (0: no bound);
- * returns early on a wake, a change of the word or a signal (futex, private
- * to the process; os/wait.c). The caller looks at its condition again. */
-void os_futex_wait(atomic_int *word, int expected, uint64_t timeout_ns);
-/* Wakes up to n sleepers on word (n < 0: all). */
-void os_futex_wake(atomic_int *word, int n);
 /* Every running thread of the process executes a full memory barrier before
  * this returns (membarrier private expedited): the other side of a fence
  * that the fast paths leave to the compiler. False when unavailable. */
@@ -196,14 +191,6 @@ long os_pagemap_read(uintptr_t first, size_t n, uint64_t *entries);
 /* A file opened for appending (created 0644), or -1. */
 int os_open_append(const char *path);
 void os_close(int fd);
-/* Writes all of buf (retrying short writes and EINTR); false on error. */
-bool os_write_all(int fd, const char *buf, size_t len);
-/* Writes a message or report to stderr; when the program has closed stderr
- * (ls, cat and sort do at exit) or the write fails there, to the private copy
- * made at start-up, if it still names the same file. */
-void os_write_stderr(const char *buf, size_t len);
-/* Duplicates stderr once (close-on-exec), for os_write_stderr(). */
-void os_stderr_keep(void);
 /* True in secure-execution mode (AT_SECURE): the process gained privileges
  * through exec, and its environment comes from a less privileged user. */
 bool os_secure(void);

@@ -41,7 +41,7 @@
 #include "os/os.h"
 #include "source/source.h"
 #include "types.h"
-#include "util/options.h"
+#include "config/options.h"
 #include "util/stats.h"
 
 static struct {

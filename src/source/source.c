@@ -24,11 +24,11 @@
 
 #include "source/source.h"
 
-#include "numa/topology.h"
+#include "os/topology.h"
 #include "os/os.h"
 #include "registry/registry.h"
 #include "source/thp.h"
-#include "util/options.h"
+#include "config/options.h"
 #include "util/stats.h"
 
 /* [0] generic, [1] interleaved, [2 + n] node n. */

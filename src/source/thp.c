@@ -28,7 +28,7 @@
 
 #include "os/os.h"
 #include "types.h"
-#include "util/options.h"
+#include "config/options.h"
 
 static struct {
   atomic_bool off;             /* advice stopped */

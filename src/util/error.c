@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "os/os.h"
+#include "os/sys.h"
 
 static size_t put_str(char *buf, size_t len, size_t n, const char *s) {
   if (!s) s = "(null)";

@@ -3,7 +3,7 @@
 #include <limits.h>
 
 #include "arch/arch.h"
-#include "os/os.h"
+#include "os/sys.h"
 #include "util/error.h"
 
 /* The stages of every wait: WAIT_SPINS pauses (a holder on another CPU is

@@ -1,5 +1,5 @@
 /* Process-wide statistics: relaxed atomic counters kept off the fast paths
- * (sources and the OS layer), a readable report and a JSON form. */
+ * (sources and the OS layer); the report (api/stats.c) reads them. */
 #ifndef LOCUS_STATS_H
 #define LOCUS_STATS_H
 
@@ -23,6 +23,5 @@ static inline void stat_sub(atomic_size_t *c, size_t n) {
   atomic_fetch_sub_explicit(c, n, memory_order_relaxed);
 }
 void stats_update_peak(void);
-void stats_at_exit(void);
 
 #endif /* LOCUS_STATS_H */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # env_and_report: what the library reads from the environment and what its
-# report says (util/options.c, util/stats.c; README "Environment variables").
+# report says (config/options.c, api/stats.c; README "Environment variables").
 #
 #  1. LOCUS_STATS_FILE expands %p (the process id), %r (the MPI rank from
 #     OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID; the pid when

@@ -6,7 +6,7 @@
 #   locus: kernel features: ...
 #   locus:   LOCUS_<NAME>=<value>[ (default)]     one line per option
 # The options and their documented defaults are read from the table in
-# src/util/options.c; every option not set in the environment must print its
+# src/config/options.c; every option not set in the environment must print its
 # documented default followed by " (default)". Then:
 #  - LOCUS_VERBOSE=1 LOCUS_PROFILE=eco: the banner says "profile eco" and the
 #    line is "LOCUS_PROFILE=eco" without "(default)";

@@ -1,10 +1,10 @@
-/* Prints the options table of the library (util/options.c) as the Markdown
+/* Prints the options table of the library (config/options.c) as the Markdown
  * table of the README, so the README is checked against, and regenerated
  * from, the code: check_options_doc.sh. */
 #include <stdio.h>
 #include <string.h>
 
-#include "util/options.h"
+#include "config/options.h"
 
 int main(void) {
   printf("| variable | type | default | accepted | run time | meaning |\n");

@@ -32,7 +32,7 @@
 #include "check.h"
 #include "heap/heap.h"
 #include "locus.h"
-#include "util/options.h"
+#include "config/options.h"
 
 #define NT 8
 #define RING 512                       /* blocks in flight per receiver */

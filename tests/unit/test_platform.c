@@ -17,7 +17,7 @@
 #include "locus.h"
 #include "os/os.h"
 #include "registry/registry.h"
-#include "util/options.h"
+#include "config/options.h"
 
 /* ---- formatter ------------------------------------------------------------- */
 static void same(const char *fmt, ...) {

@@ -26,7 +26,7 @@
 #include "check.h"
 #include "heap/heap.h"
 #include "locus.h"
-#include "util/options.h"
+#include "config/options.h"
 
 static run_t *run_of(void *p, chunk_t **cp) {
   chunk_t *c = (chunk_t *)registry_lookup(p);

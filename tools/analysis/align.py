@@ -3,7 +3,7 @@
 The alignment analyser of S. Valat's PhD thesis (2014, §3.6), on top of locus:
 the program runs with liblocus.so and liblocus_sample.so preloaded;
  - locus writes every large allocation, resize and free with its call-site
-   candidates to a trace file (LOCUS_TRACE_FILE, src/util/trace.c);
+   candidates to a trace file (LOCUS_TRACE_FILE, src/config/trace.c);
  - the sampling library protects the live arrays at every tick of a CPU-time
    timer and records which of them the program touches before the next tick
    (tools/analysis/sample.c);

@@ -1,6 +1,6 @@
 """Which of the call-site candidates of a locus trace record is the call to malloc.
 
-The trace (src/util/trace.c) lists the words of the stack above locus's frames
+The trace (src/config/trace.c) lists the words of the stack above locus's frames
 that point into executable code. Most are return addresses of live frames, but
 some are stale: words left in unused frame slots by earlier, deeper calls. A
 return address is the caller's call to the allocator when the instruction just

@@ -4,7 +4,7 @@
  * liblocus.so by `locus align`; not part of the allocator (it uses libc freely).
  *
  * locus tells it of every large allocation, resize and free as they happen,
- * through the weak reference locus_trace_observer (src/util/trace.c; needs
+ * through the weak reference locus_trace_observer (src/config/trace.c; needs
  * LOCUS_TRACE_FILE). Every period of CPU time (a POSIX CPU-time timer, SIGPROF) the
  * timer handler closes a sampling window — it records the set of arrays
  * touched since the previous tick — and opens the next one: every live
@@ -152,7 +152,7 @@ static arr_t *new_slot(void) {
   return narr < MAX_ARR ? &arrs[narr++] : NULL;
 }
 
-/* Called by liblocus.so (src/util/trace.c): after an allocation ('A') or a
+/* Called by liblocus.so (src/config/trace.c): after an allocation ('A') or a
  * resize ('R', old -> p), before a free ('F'). */
 __attribute__((visibility("default"))) void locus_trace_observer(int kind, unsigned long seq, const void *ptr,
                                                                  size_t size, const void *old) {

@@ -25,7 +25,7 @@
  *
  * Off by default; the callers test locus_trace_on (set once at start-up) on
  * the large paths only. */
-#include "util/trace.h"
+#include "config/trace.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -35,7 +35,7 @@
 #include "types.h"
 #include "util/error.h"
 #include "util/lock.h"
-#include "util/options.h"
+#include "config/options.h"
 
 #define SCAN_WORDS 256                 /* stack words examined per record (2 KiB) */
 #define MAX_CAND 6                     /* call-site candidates kept per record */

@@ -18,18 +18,17 @@
  * starts inherit it and print no banner, and warn about misspellings only
  * when their own set differs (a name set in a child is still warned about).
  * LOCUS_VERBOSE=all prints the banner in each. */
-#include "util/options.h"
+#include "config/options.h"
 
 #include <errno.h>
 #include <string.h>
 
 #include "arch/arch.h"
-#include "numa/topology.h"
+#include "os/topology.h"
 #include "os/os.h"
-#include "source/source.h"
 #include "types.h"
 #include "util/lock.h"
-#include "util/trace.h"
+#include "config/trace.h"
 
 options_t locus_opt = {
   .profile = PROFILE_AUTO,
@@ -133,10 +132,8 @@ typedef struct {
   void (*changed)(void);           /* run after a run-time change */
 } option_t;
 
-static void profile_changed(void) {
-  update_bound();
-  sources_apply_bound();
-}
+/* The sources apply the new bound (api/options.c: options_set returns 1). */
+static void profile_changed(void) { update_bound(); }
 
 #define RT true
 #define START false
@@ -524,10 +521,9 @@ size_t options_json(char *buf, size_t len) {
   return n;
 }
 
-/* ---- API --------------------------------------------------------------------- */
+/* ---- behind locus_option_get/set (api/options.c) ------------------------------ */
 
-LOCUS_EXPORT int locus_option_get(const char *name, char *buf, size_t len) {
-  locus_init();
+int options_get(const char *name, char *buf, size_t len) {
   option_t *o = find(name);
   if (!o) {
     errno = EINVAL;
@@ -539,8 +535,7 @@ LOCUS_EXPORT int locus_option_get(const char *name, char *buf, size_t len) {
   return (int)n;
 }
 
-LOCUS_EXPORT int locus_option_set(const char *name, const char *value) {
-  locus_init();
+int options_set(const char *name, const char *value) {
   option_t *o = find(name);
   if (!o || !value) {
     errno = EINVAL;
@@ -554,6 +549,7 @@ LOCUS_EXPORT int locus_option_set(const char *name, const char *value) {
     errno = EINVAL;
     return -1;
   }
-  if (o->changed) o->changed();
-  return 0;
+  if (!o->changed) return 0;
+  o->changed();
+  return 1;
 }

@@ -5,7 +5,7 @@
  * What is read: the online nodes and those with memory, each node's CPUs and
  * distances, and the nodes the cpuset allows. Without sysfs (a container
  * without /sys) there is one node, 0, and no thread is bound. */
-#include "numa/topology.h"
+#include "os/topology.h"
 
 #include <string.h>
 

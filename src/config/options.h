@@ -1,4 +1,4 @@
-/* Settings: one table (util/options.c) of every LOCUS_* variable with its
+/* Settings: one table (config/options.c) of every LOCUS_* variable with its
  * type, default, range and documentation. The environment is read once at
  * start-up; locus_option_set changes the run-time ones later. */
 #ifndef LOCUS_OPTIONS_H
@@ -52,6 +52,11 @@ size_t options_expand_path(const char *pattern, char *out, size_t len);
 /* The statistics file name (empty: stderr), expanded for the calling process,
  * into buf; returns its length as options_expand_path does. */
 size_t options_stats_file(char *buf, size_t len);
+/* Behind locus_option_get and locus_option_set (api/options.c), with their
+ * errno; options_set returns 1 when the sources' bound changed (the caller
+ * applies it: sources_apply_bound), 0 for another change, -1 on an error. */
+int options_get(const char *name, char *buf, size_t len);
+int options_set(const char *name, const char *value);
 /* Writes the settings as JSON members ("name":value,...) through fmt-like calls. */
 size_t options_json(char *buf, size_t len);
 
