@@ -12,6 +12,7 @@
 
 #include "arch/arch.h"
 #include "check.h"
+#include "smaps.h"
 #include "locus.h"
 
 #define MB ((size_t)1 << 20)
@@ -19,24 +20,6 @@
 
 static char thp_mode[32];
 
-/* AnonHugePages (bytes) of the mapping that holds p. */
-static size_t huge_bytes(const void *p) {
-  FILE *f = fopen("/proc/self/smaps", "r");
-  char line[512];
-  size_t kb = 0;
-  int in = 0;
-  while (f && fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    char *dash = strchr(line, '-'), *sp = strchr(line, ' ');
-    if (dash && sp && dash < sp && sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
-      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-      continue;
-    }
-    if (in && sscanf(line, "AnonHugePages: %zu kB", &kb) == 1) break;
-  }
-  if (f) fclose(f);
-  return kb * 1024;
-}
 
 static long minflt(void) {
   struct rusage ru;

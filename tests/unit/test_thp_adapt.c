@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "smaps.h"
 #include "locus.h"
 #include "os/os.h"
 #include "source/thp.h"
@@ -101,24 +102,6 @@ static void test_rule(void) {
   CHECK(rep().base_samples == n + 1 && rep().base_ns >= 1, "stale base figure measured again");
 }
 
-/* AnonHugePages (bytes) of the mapping that holds p. */
-static size_t huge_bytes(const void *p) {
-  FILE *f = fopen("/proc/self/smaps", "r");
-  char line[512];
-  size_t kb = 0;
-  int in = 0;
-  while (f && fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    char *dash = strchr(line, '-'), *sp = strchr(line, ' ');
-    if (dash && sp && dash < sp && sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
-      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-      continue;
-    }
-    if (in && sscanf(line, "AnonHugePages: %zu kB", &kb) == 1) break;
-  }
-  if (f) fclose(f);
-  return kb * 1024;
-}
 
 static uint64_t stat_huge(void) {
   locus_stats_t st;
