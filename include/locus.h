@@ -181,6 +181,83 @@ typedef struct locus_stats {
   uint64_t bytes_pressure_released;  /* auto: cached bytes released under memory pressure */
 } locus_stats_t;
 
+/* ---- Heaps (docs/heaps.md) ----------------------------------------------------
+ * A heap of your own, beside the per-thread heaps that serve malloc: over a
+ * segment you give it (shared memory, a file or hugetlbfs mapping, pinned
+ * pages, an MPI window), over a memory source of yours that can grow it, or
+ * over locus's own memory placed on one node or interleaved. Its blocks are
+ * ordinary blocks: free, realloc (the block stays in its heap),
+ * malloc_usable_size and C++ delete work on them, from any thread. Any
+ * thread may allocate from any heap (one lock per heap serialises the
+ * allocations; frees take no lock). locus_heap_destroy drops every block at
+ * once, in time proportional to the heap's memory segments, not its blocks;
+ * locus_heap_reset does the same and keeps the memory for the next round.
+ * After S. Valat, PhD thesis, 2014, §4.13 (heaps over special segments). */
+typedef struct locus_heap locus_heap_t;
+
+/* A memory source of yours: map returns `size` bytes aligned on `align` (a
+ * power of two, at least the page size) or NULL when exhausted; unmap gets
+ * back exactly what one map returned, when the heap is destroyed (unmap may
+ * be NULL: the memory is then left to you). Both are called with the heap's
+ * allocation lock held and must not allocate from the same heap. */
+typedef struct locus_source_ops {
+  void *(*map)(void *ctx, size_t size, size_t align);
+  void (*unmap)(void *ctx, void *p, size_t size);
+  void *ctx;
+} locus_source_ops_t;
+
+/* Blocks are released only by locus_heap_reset/destroy: free() of one aborts
+ * naming the heap (a region allocator: per-time-step temporaries). */
+#define LOCUS_HEAP_ARENA 1u
+
+typedef struct locus_heap_config {
+  size_t struct_size;          /* sizeof(locus_heap_config_t): lets the struct grow */
+  void *segment;               /* memory to manage (page-aligned, >= 1 MiB), or NULL */
+  size_t segment_size;         /* its bytes (rounded down to whole pages) */
+  const locus_source_ops_t *source;  /* grows the heap (after the segment, if any), or NULL */
+  int node;                    /* -1: first touch; >= 0: every page on that node (locus's memory only) */
+  int interleave;              /* 1: pages interleaved over the allowed nodes (locus's memory only) */
+  size_t limit;                /* 0: none; else the heap holds at most this many bytes of
+                                  memory (NULL + ENOMEM past it) */
+  unsigned flags;              /* LOCUS_HEAP_ARENA */
+  const char *name;            /* for reports and error messages (copied), or NULL */
+} locus_heap_config_t;
+#define LOCUS_HEAP_CONFIG_INIT { sizeof(locus_heap_config_t), 0, 0, 0, -1, 0, 0, 0, 0 }
+
+/* NULL with errno EINVAL for a bad configuration (wrong struct_size, a
+ * segment that is NULL, too small, misaligned or overlapping memory another
+ * heap or locus manages, a node that is not allowed, unknown flags), ENOMEM
+ * when no record can be had. */
+locus_heap_t *locus_heap_create(const locus_heap_config_t *cfg);
+/* Every block still in the heap is gone; its memory goes back to its source
+ * (locus's memory to the OS, a segment to you). No thread may use the heap
+ * or its blocks meanwhile. Destroying a heap twice, or one that a thread has
+ * captured, aborts with a message naming it. */
+void locus_heap_destroy(locus_heap_t *h);
+/* The same, but the heap keeps its memory: the next allocations reuse its
+ * pages without faults. */
+void locus_heap_reset(locus_heap_t *h);
+void *locus_heap_malloc(locus_heap_t *h, size_t size);
+void *locus_heap_calloc(locus_heap_t *h, size_t n, size_t size);
+/* A block of another heap (or of malloc) moves into h; NULL p allocates. */
+void *locus_heap_realloc(locus_heap_t *h, void *p, size_t size);
+void *locus_heap_aligned_alloc(locus_heap_t *h, size_t align, size_t size);
+/* The heap a block belongs to; NULL for the default heaps (malloc's). */
+locus_heap_t *locus_heap_of(const void *p);
+/* From now on this thread's malloc, calloc, realloc of NULL, aligned
+ * allocations and C++ new go to h (NULL: back to the default heaps), until
+ * the next call; returns the heap captured before (NULL: the default).
+ * Allocations made while the heap's own lock is held (its source's map)
+ * go to the default heap. A thread's exit ends its capture. */
+locus_heap_t *locus_heap_capture(locus_heap_t *h);
+/* The heap's own figures: bytes_in_use (memory it holds: chunks and large
+ * blocks), bytes_cached (free memory of its segment and source pieces),
+ * peak_footprint (highest bytes_in_use), cache_hits (allocations),
+ * bytes_huge 0; the rest 0. 0, or -1 with errno EINVAL. */
+int locus_heap_stats(locus_heap_t *h, locus_stats_t *st);
+/* The heap's name (as configured, or "heap#N"). */
+const char *locus_heap_name(const locus_heap_t *h);
+
 /* Fill *st with process-wide totals. */
 void locus_stats_get(locus_stats_t *st);
 

@@ -4,7 +4,12 @@
 
 #include <stddef.h>
 
+#include "locus.h"
+
 void *locus_alloc_aligned(size_t size, size_t align);
 void locus_free_checked(void *p, const char *fn);
+struct region_s;
+/* realloc of a block of user heap u (api/heaps.c): p is in region r, usable bytes. */
+void *locus_heap_realloc_in(locus_heap_t *u, void *p, struct region_s *r, size_t usable, size_t size);
 
 #endif /* LOCUS_API_H */

@@ -38,7 +38,7 @@ static void collect_all(heap_t *h) {
 
 LOCUS_EXPORT size_t locus_release(void) {
   locus_init();
-  collect_all(locus_tls_heap);
+  collect_all(heap_thread_main());
   heaps_collect_orphans(true);
   return source_release_all();
 }
@@ -46,13 +46,13 @@ LOCUS_EXPORT size_t locus_release(void) {
 LOCUS_EXPORT size_t locus_cached_bytes(void) { return source_cached_total(); }
 
 LOCUS_EXPORT void locus_collect(void) {
-  collect_all(locus_tls_heap);
+  collect_all(heap_thread_main());
   heaps_collect_orphans(true);
 }
 
 LOCUS_EXPORT int locus_heap_check(void) {
   locus_init();
-  heap_t *h = locus_tls_heap;
+  heap_t *h = heap_thread_main();
   if (h) {
     heap_validate(h);
     for (int i = 0; i <= PLACE_INTERLEAVE; i++)

@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "heap/heap.h"
+#include "heap/user.h"
 #include "os/os.h"
 #include "config/options.h"
 #include "config/trace.h"
@@ -62,6 +63,7 @@ static ALWAYS_INLINE void *small_alloc(heap_t *h, unsigned cls) {
 /* Medium or large; align is a power of two >= 16. */
 static NOINLINE void *big_alloc_in(heap_t *h, size_t size, size_t align, bool zero) {
   if (unlikely(size > MAX_REQUEST)) return fail_enomem();
+  if (unlikely(h->place == PLACE_CAPTURE)) return uheap_captured_alloc(h, size, align, zero);
   void *p;
   if (size <= locus_opt.large_threshold && align <= locus_opt.large_threshold / 4 &&
       size + align <= locus_opt.large_threshold)
@@ -123,6 +125,17 @@ void *locus_alloc_aligned(size_t size, size_t align) {
   return big_alloc_in(h, size, align, false);
 }
 
+void *heap_alloc(heap_t *h, size_t size, size_t align, bool zero) {
+  if (unlikely(size > MAX_REQUEST)) return fail_enomem();
+  unsigned c = align <= ALIGN_MIN ? (size <= SMALL_MAX ? size_class(size) : NUM_CLASSES) : aligned_class(size, align);
+  if (c < NUM_CLASSES) {
+    void *p = small_alloc(h, c);
+    if (p && zero) memset(p, 0, size);
+    return p;
+  }
+  return big_alloc_in(h, size, align < ALIGN_MIN ? ALIGN_MIN : align, zero);
+}
+
 LOCUS_EXPORT void *locus_calloc(size_t count, size_t size) {
   size_t n;
   if (unlikely(__builtin_mul_overflow(count, size, &n))) return fail_enomem();
@@ -173,12 +186,15 @@ static NOINLINE void free_other(void *p, region_t *r, const char *fn) {
     heap_t *owner = c->r.heap;
     bool local = owner->main == locus_tls_heap;   /* the thread's main heap or one of its placed heaps */
     medium_check(c, p, fn, local);
+    if (unlikely(owner->place == PLACE_USER)) uheap_free_check(owner, p, fn);
     if (local) medium_free_local(owner, c, p);
     else remote_push(owner, p);
     return;
   }
   if (r->kind == REGION_LARGE) {
-    large_free(large_check(r, p, fn));
+    large_t *l = large_check(r, p, fn);
+    if (unlikely(l->r.heap->place == PLACE_USER)) uheap_free_check(l->r.heap, p, fn);
+    large_free(l);
     return;
   }
   locus_fatal("%s(): invalid pointer %p (region %p has unknown kind %u: heap corrupted?)", fn, p, r,
@@ -220,6 +236,7 @@ static NOINLINE void free_small_other(heap_t *h, run_t *run, size_t idx, void *p
     free_small_bad(c, p, fn);
     return;
   }
+  if (unlikely(owner->place == PLACE_USER)) uheap_free_check(owner, p, fn);
   small_free_foreign(h, owner, run, p);
 }
 
@@ -329,9 +346,10 @@ LOCUS_EXPORT size_t locus_usable_size(const void *p) {
 static void *realloc_move(void *p, int place, size_t old_usable, size_t size) {
   void *q;
   if (place == PLACE_MAIN) {
-    q = locus_malloc(size);
+    heap_t *h = heap_get()->main;      /* not a captured heap: the block stays in the default heaps */
+    q = h == &locus_oom_heap ? locus_malloc(size) : heap_malloc(h, size);
   } else {
-    heap_t *h = heap_get();
+    heap_t *h = heap_get()->main;
     heap_t *sub = h == &locus_oom_heap ? NULL : heap_placed(h, place);
     q = sub ? heap_malloc(sub, size) : fail_enomem();
   }
@@ -350,6 +368,7 @@ LOCUS_EXPORT void *locus_realloc(void *p, size_t size) {
   if (unlikely(size > MAX_REQUEST)) return fail_enomem();
   region_t *r = registry_lookup(p);
   size_t usable = usable_checked(p, r, "realloc");
+  if (unlikely(r->heap->place == PLACE_USER)) return locus_heap_realloc_in(r->heap->user, p, r, usable, size);
   switch (r->kind) {
   case REGION_SMALL:
     /* Stay while the block is at most twice what is needed. */

@@ -19,7 +19,7 @@ static void *placed_malloc(size_t size, int place) {
     errno = ENOMEM;
     return NULL;
   }
-  heap_t *h = heap_get();
+  heap_t *h = heap_get()->main;       /* (a capture trampoline's is the thread's main heap) */
   heap_t *sub = h == &locus_oom_heap ? NULL : heap_placed(h, place);
   if (!sub) {
     errno = ENOMEM;
@@ -51,7 +51,7 @@ LOCUS_EXPORT int locus_node_of(const void *p) {
 }
 
 LOCUS_EXPORT int locus_thread_node(void) {
-  heap_t *h = heap_get();
+  heap_t *h = heap_get()->main;
   return h == &locus_oom_heap ? topology_thread_node() : h->node;
 }
 
@@ -63,7 +63,9 @@ LOCUS_EXPORT int locus_next_touch(void *p, size_t len) {
   locus_init();
   uintptr_t a = (uintptr_t)p, b;
   region_t *r = p ? registry_lookup(p) : NULL;
-  if (!r || r->kind != REGION_LARGE || !len || __builtin_add_overflow(a, len, &b) ||
+  /* The user's memory (a user heap's segment or source) is never moved: its
+   * pages may be shared, pinned or a file's. */
+  if (!r || r->kind != REGION_LARGE || (r->flags & REGION_USER) || !len || __builtin_add_overflow(a, len, &b) ||
       b > (uintptr_t)r + r->size) {
     errno = EINVAL;                    /* not inside one large block of locus */
     return -1;

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "heap/heap.h"
+#include "heap/user.h"
 
 #include "os/topology.h"
 #include "os/os.h"
@@ -73,6 +74,40 @@ static heap_t *heap_new_locked(void) {
   h->next_all = all_heaps;
   all_heaps = h;
   return h;
+}
+
+heap_t *heap_new_detached(void) {
+  lock_acquire(&heaps_lock);
+  heap_t *h = heap_new_locked();
+  lock_release(&heaps_lock);
+  return h;
+}
+
+void heap_record_clear(heap_t *h) {
+  lock_acquire(&heaps_lock);           /* reports read the record under it */
+  heap_t *next = h->next_all;
+  memset(h, 0, sizeof *h);
+  lock_init(&h->lock, LOCK_RANK_HEAP);
+  heap_reset_classes(h);
+  h->main = h;
+  h->place = PLACE_MAIN;
+  h->cache_node = CACHE_NODE_NONE;
+  h->next_all = next;
+  lock_release(&heaps_lock);
+}
+
+void heap_record_restart(heap_t *h, bool keep_chunks) {
+  heap_reset_classes(h);
+  memset(h->partial, 0, sizeof h->partial);
+  memset(h->partial_tail, 0, sizeof h->partial_tail);
+  atomic_store_explicit(&h->remote, NULL, memory_order_relaxed);
+  atomic_store_explicit(&h->notify, NULL, memory_order_relaxed);
+  atomic_store_explicit(&h->recheck, 0, memory_order_relaxed);
+  h->pop = HEAP_IDLE;
+  if (!keep_chunks) {
+    h->small_chunks = h->medium_chunks = NULL;
+    atomic_store_explicit(&h->st_chunk_bytes, 0, memory_order_relaxed);
+  }
 }
 
 /* Caller holds heaps_lock: reports read tid and state under it. */
@@ -156,10 +191,10 @@ source_t *heap_source(heap_t *h) {
 
 int heap_rebind(void) {
   locus_init();
-  heap_t *h = locus_tls_heap;
+  heap_t *h = heap_thread_main();
   int node = topology_thread_node();
   if (h && h->node == node) return node;
-  if (h) heap_abandon(h);
+  if (h) heap_abandon(h);              /* (ends a capture first) */
   return heap_get()->node;
 }
 
@@ -236,8 +271,20 @@ static size_t medium_chunk_size(void) {
   return need > CHUNK_SIZE ? need : CHUNK_SIZE;
 }
 
+size_t heap_chunk_bytes(region_kind_t kind) { return kind == REGION_SMALL ? CHUNK_SIZE : medium_chunk_size(); }
+
 chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   size_t size = kind == REGION_SMALL ? CHUNK_SIZE : medium_chunk_size();
+  if (unlikely(h->place == PLACE_USER)) {
+    /* A user segment may be shorter than a medium chunk: the largest free
+     * extent then (a slice at least), and blocks up to its size. */
+    if (kind == REGION_MEDIUM && h->source->user) {
+      size_t most = usrc_largest(h->source) & ~(size_t)(PAGE_SIZE - 1);
+      if (most < size) size = most;
+      if (size < SLICE_SIZE) return NULL;
+    }
+    if (!heap_room(h, size)) return NULL;
+  }
   chunk_t *c;
   /* Small chunks are aligned on their size (SRC_ALIGNED); a spare that was a
    * medium chunk is only by chance. */
@@ -318,6 +365,7 @@ void heap_collect(heap_t *h) {
  * abandoned again at the next destructor round. */
 static void heap_abandon(void *arg) {
   heap_t *h = arg;
+  if (h) uheap_capture_end(h);         /* a capture ends with its thread */
   if (!h || locus_tls_heap != h) return;
   /* The thread cache stays with the heap, without other heaps' blocks
    * (tcache_t): the thread that adopts it next (thread churn: a pool that
@@ -410,9 +458,12 @@ static void heaps_fork_child(void) {
   for (heap_t *h = all_heaps; h; h = h->next_all) small_fork_child(h);
   small_fork_child_queue();
   waitq_reset(&init_wq);
-  heap_t *self = locus_tls_heap;
+  /* The thread's main heap (locus_tls_heap is its capture trampoline while
+   * it has captured a user heap). User heaps stay live: their allocation
+   * lock, taken by the prepare handler, says no thread was inside one. */
+  heap_t *self = heap_thread_main();
   for (heap_t *h = all_heaps; h; h = h->next_all)
-    if (h->main != self && h->state == HEAP_LIVE) heap_set_state(h, HEAP_DEAD);
+    if (h->main != self && h->place != PLACE_USER && h->state == HEAP_LIVE) heap_set_state(h, HEAP_DEAD);
   if (self) self->tid = os_gettid();
 }
 

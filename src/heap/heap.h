@@ -111,6 +111,16 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
  * locus_malloc_interleaved, from chunks of that placement only. */
 #define PLACE_MAIN (-1)
 #define PLACE_INTERLEAVE TOPO_MAX_NODES
+/* A user heap's record (heap/user.c): any thread allocates from it under
+ * the user heap's lock, acting as its owner meanwhile; every free of its
+ * blocks takes the remote path (no thread has it as its heap). */
+#define PLACE_USER (TOPO_MAX_NODES + 1)
+/* A thread's capture trampoline (heap/user.c): the thread's heap pointer
+ * while it has captured a user heap. It owns nothing; its runs are all the
+ * sentinel and its thread cache is off, so every malloc reaches a slow path,
+ * which sends it to the captured heap: malloc's fast path is unchanged. */
+#define PLACE_CAPTURE (TOPO_MAX_NODES + 2)
+struct locus_heap;
 
 /* The thread cache: per class, the small blocks the heap's thread freed
  * last, a LIFO list through word 0 that malloc pops before it looks at a
@@ -182,7 +192,7 @@ typedef struct heap_s {
                                   only) to give the run back without the owner */
   struct heap_s *main;         /* the main heap whose thread owns this one (itself for a main heap):
                                   beside `remote`, which a remote free touches anyway */
-  int place;                   /* PLACE_MAIN, a node id, or PLACE_INTERLEAVE */
+  int place;                   /* PLACE_MAIN, a node id, PLACE_INTERLEAVE, PLACE_USER, PLACE_CAPTURE */
   /* The node whose threads may cache this heap's small blocks when they
    * free them (small_free_foreign): the heap's node while it is a live main
    * heap, else CACHE_NODE_NONE. One word beside `main`, which such a free
@@ -198,6 +208,10 @@ typedef struct heap_s {
   mbin_t mbins[MEDIUM_BINS];
   struct heap_s *placed[TOPO_MAX_NODES + 1];   /* main heap: its sub-heaps by place, made on demand */
   struct heap_s *next_all;     /* all heaps ever made */
+  struct locus_heap *user;        /* PLACE_USER: its user heap; PLACE_CAPTURE: the heap captured */
+  struct heap_s *capture;      /* main heap: its thread's capture trampoline, made on first use */
+  struct large_s *large_list;  /* PLACE_USER: its live large blocks (under `lock`) */
+  size_t limit;                /* PLACE_USER: bytes of chunks and large blocks it may hold, 0: any */
   struct heap_s *next_orphan;
   long tid;
   int node;
@@ -296,13 +310,35 @@ heap_t *heap_placed(heap_t *h, int place);
  * heap of the new node (its old heap becomes an orphan). Returns the node. */
 int heap_rebind(void);
 void heap_drain_remote(heap_t *h);
-/* malloc's paths on a given heap (api/malloc.c). */
+/* malloc's paths on a given heap (api/malloc.c); heap_alloc: any size,
+ * alignment (a power of two) and clearing, NULL + ENOMEM on failure. */
 void *heap_malloc(heap_t *h, size_t size);
+void *heap_alloc(heap_t *h, size_t size, size_t align, bool zero);
+/* The thread's main heap (its own while it has captured a user heap), or NULL. */
+static inline heap_t *heap_thread_main(void) {
+  heap_t *h = locus_tls_heap;
+  return h ? h->main : NULL;
+}
+/* Whether h may take `bytes` more of memory (a user heap's limit). */
+static inline bool heap_room(const heap_t *h, size_t bytes) {
+  return !h->limit || atomic_load_explicit(&h->st_chunk_bytes, memory_order_relaxed) +
+                              atomic_load_explicit(&h->st_large_bytes, memory_order_relaxed) + bytes <= h->limit;
+}
 void heap_collect(heap_t *h);
 /* Collects orphaned heaps that other threads freed into (any thread may
  * call); without `wait`, only if the heap list's lock is free at once. */
 void heaps_collect_orphans(bool wait);
 chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind);
+/* The bytes of a new chunk of that kind. */
+size_t heap_chunk_bytes(region_kind_t kind);
+/* A heap record on the all-heaps list, for a user heap or a capture
+ * trampoline (heap/user.c); NULL when the OS refused memory. */
+heap_t *heap_new_detached(void);
+/* A dead user heap's record made new: every field zero, the lists empty. */
+void heap_record_clear(heap_t *h);
+/* A user heap dropped every block: its run lists, stacks and (unless
+ * keep_chunks) its chunk lists start over; the thread cache stays off. */
+void heap_record_restart(heap_t *h, bool keep_chunks);
 void heap_chunk_release(heap_t *h, chunk_t *c);
 /* Unlinks an empty chunk and gives it to the source (no spare); h->lock held. */
 void heap_chunk_drop(heap_t *h, chunk_t *c);
@@ -659,10 +695,23 @@ typedef struct large_s {
   size_t magic;                /* LARGE_LIVE */
 } large_t;
 #define LARGE_LIVE ((size_t)0x4c4f4355534c4756ull)
+/* A user heap's large block: the header links it on its heap's list, so
+ * that destroy and reset find every block without a walk of the registry
+ * (its payload starts past LARGE_USER_ROOM instead of 64 bytes). */
+typedef struct {
+  large_t l;
+  large_t *next, *prev;
+} large_user_t;
+#define LARGE_USER_ROOM 128u
 void *large_alloc(heap_t *h, size_t size, size_t align, bool zero);
 void large_free(large_t *l);
 void *large_realloc(large_t *l, void *p, size_t size);
 large_t *large_check(region_t *r, const void *p, const char *fn);
+/* A user heap's realloc (under its allocation lock): the block stays where it
+ * is (shrunk, or grown over the free memory behind it), else NULL. */
+void *large_resize_in_place(large_t *l, void *p, size_t size);
+/* The region bytes large_alloc(h, size, align) asks its source for (no huge-page rounding). */
+size_t large_region_bytes(const heap_t *h, size_t size, size_t align);
 static inline size_t large_usable(const large_t *l) { return l->r.size - l->user_off; }
 
 #endif /* LOCUS_HEAP_H */

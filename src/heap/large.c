@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "heap/heap.h"
+#include "heap/user.h"
 #include "numa/next_touch.h"
 #include "os/os.h"
 #include "config/options.h"
@@ -63,6 +64,17 @@ static size_t region_bytes(size_t off, size_t size) {
   return n < SLICE_SIZE ? SLICE_SIZE : n;
 }
 
+/* The payload's offset before alignment: past the header (and, in a user
+ * heap, its list links). */
+static size_t head_room(const heap_t *h) { return h->place == PLACE_USER ? LARGE_USER_ROOM : HDR_ROOM; }
+_Static_assert(sizeof(large_t) <= HDR_ROOM && sizeof(large_user_t) <= LARGE_USER_ROOM, "large block headers fit");
+
+size_t large_region_bytes(const heap_t *h, size_t size, size_t align) {
+  size_t room = head_room(h);
+  size_t off = align <= 64 ? room + PAGE_SIZE : align_up(room, align);   /* the colour offset: under a page */
+  return region_bytes(off + (align > os_page_size() ? align : 0), size);
+}
+
 void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   if (align > PTRDIFF_MAX / 4) {      /* no address space has room for it */
     errno = ENOMEM;
@@ -73,14 +85,19 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
     return NULL;
   }
   source_t *src = heap_source(h);
-  size_t off = align <= 64 ? HDR_ROOM + color_offset() : align_up(HDR_ROOM, align);
+  size_t room = head_room(h);
+  size_t off = align <= 64 ? room + color_offset() : align_up(room, align);
   size_t slack = align > os_page_size() ? align : 0;   /* regions are only page-aligned */
   if (size > PTRDIFF_MAX - off - slack - PAGE_SIZE) {
     errno = ENOMEM;
     return NULL;
   }
   size_t total = region_bytes(off + slack, size);
-  bool huge = want_huge(total);
+  bool huge = !src->user && want_huge(total);      /* the user's memory is never advised */
+  if (unlikely(h->limit) && !heap_room(h, total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
   /* eco too (its huge blocks exist only with the kernel's page reuse): a
    * tail left in 4 KiB pages costs a fault and a zap per page at every
    * allocation, about 256 pages per block, where a pooled huge page costs
@@ -94,7 +111,7 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   char *base = (char *)r;
   total = r->size;
   bool zeroed = r->zeroed;
-  if (slack) off = align_up((uintptr_t)base + HDR_ROOM, align) - (uintptr_t)base;
+  if (slack) off = align_up((uintptr_t)base + room, align) - (uintptr_t)base;
   large_t *l = (large_t *)base;
   l->r.kind = REGION_LARGE;
   l->r.heap = h;
@@ -109,8 +126,11 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   }
   atomic_fetch_add_explicit(&h->st_large_bytes, total, memory_order_relaxed);
   heap_stat_add(&h->st_large_allocs, 1);
+  if (h->place == PLACE_USER) uheap_large_link(h, l);
   char *p = base + off;
-  if (zero && !zeroed) {
+  if (zero && (r->flags & REGION_USER)) {
+    memset(p, 0, size);                /* the user's pages are never dropped (a shared mapping keeps its data) */
+  } else if (zero && !zeroed) {
     /* Recycled: clear the rest of the header page, then the pages that hold data (os_zero_recycled). */
     size_t head = PAGE_SIZE - off % PAGE_SIZE;
     char *page = p + head;
@@ -133,6 +153,7 @@ large_t *large_check(region_t *r, const void *p, const char *fn) {
 void large_free(large_t *l) {
   if (unlikely(locus_trace_on)) trace_free((char *)l + l->user_off);
   if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);
+  if (l->r.heap->place == PLACE_USER) uheap_large_unlink(l);
   l->magic = 0;
   atomic_fetch_sub_explicit(&l->r.heap->st_large_bytes, l->r.size, memory_order_relaxed);
   registry_remove(&l->r);
@@ -155,14 +176,18 @@ static void record(region_t *r, registry_resv_t *rv) {
  * cached segment that holds the new size; NULL when neither exists (or the
  * registry cannot record the copy), l untouched. The addresses are known
  * before anything changes, so the registry leaves are made first. */
+static bool large_extend(large_t *l, size_t size, size_t total) {
+  size_t before = l->r.size;
+  if (!registry_prepare((uintptr_t)l, total + SLICE_SIZE) || !source_extend(&l->r, total)) return false;
+  record(&l->r, NULL);                 /* covers the new slices; the old ones are rewritten alike */
+  atomic_fetch_add_explicit(&l->r.heap->st_large_bytes, l->r.size - before, memory_order_relaxed);
+  l->user_size = size;
+  return true;
+}
+
 static void *large_grow_cached(large_t *l, void *p, size_t size, size_t total) {
-  size_t off = l->user_off, before = l->r.size;
-  if (registry_prepare((uintptr_t)l, total + SLICE_SIZE) && source_extend(&l->r, total)) {
-    record(&l->r, NULL);               /* covers the new slices; the old ones are rewritten alike */
-    atomic_fetch_add_explicit(&l->r.heap->st_large_bytes, l->r.size - before, memory_order_relaxed);
-    l->user_size = size;
-    return p;
-  }
+  size_t off = l->user_off;
+  if (large_extend(l, size, total)) return p;
   large_t *n = (large_t *)source_alloc(l->r.source, total, SRC_CACHED_ONLY);
   if (!n) return NULL;
   n->r.kind = REGION_LARGE;
@@ -176,6 +201,7 @@ static void *large_grow_cached(large_t *l, void *p, size_t size, size_t total) {
     return NULL;
   }
   atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, n->r.size, memory_order_relaxed);
+  if (n->r.heap->place == PLACE_USER) uheap_large_link(n->r.heap, n);
   memcpy((char *)n + off, p, large_usable(l));   /* the caller may use all usable bytes */
   large_free(l);
   return (char *)n + off;
@@ -225,4 +251,16 @@ void *large_realloc(large_t *l, void *p, size_t size) {
     if (q) return q;
   }
   return large_remap(l, size, total);
+}
+
+void *large_resize_in_place(large_t *l, void *p, size_t size) {
+  size_t off = l->user_off;
+  if (size > PTRDIFF_MAX - off - PAGE_SIZE - SLICE_SIZE) return NULL;
+  size_t total = region_bytes(off, size);
+  if (total <= l->r.size) {            /* shrinking keeps the pages: the heap is dropped whole later */
+    l->user_size = size;
+    return p;
+  }
+  if (!heap_room(l->r.heap, total - l->r.size)) return NULL;
+  return large_extend(l, size, total) ? p : NULL;
 }

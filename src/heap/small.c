@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "heap/heap.h"
+#include "heap/user.h"
 #include "os/os.h"
 #include "config/options.h"
 
@@ -355,6 +356,11 @@ static void *alloc_slow_locked(heap_t *h, unsigned cls) {
 static void recheck_unlock(heap_t *h);
 
 void *small_alloc_slow(heap_t *h, unsigned cls) {
+  if (unlikely(h->place == PLACE_CAPTURE)) {  /* the thread captured a user heap (heap/user.c) */
+    size_t size = locus_class_size[cls];
+    size_t align = size & -size;         /* what the class's blocks promise (aligned_class) */
+    return uheap_captured_alloc(h, size, align > 4096 ? 4096 : align, false);
+  }
   if (unlikely(h == &locus_oom_heap)) {     /* no heap yet: the OS may have memory now */
     h = heap_get_slow();
     if (h == &locus_oom_heap) return NULL;

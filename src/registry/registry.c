@@ -129,3 +129,21 @@ bool registry_add_reserved(region_t *r, registry_resv_t *rv) {
 bool registry_add(region_t *r) { return registry_add_reserved(r, NULL); }
 
 void registry_remove(region_t *r) { registry_set(r, 0); }
+
+/* A region overlapping the range either holds its first byte or starts
+ * inside it, in one of its slices: as that slice's `cover` (at the slice's
+ * first byte) or its `inside` (regions span a slice or more, so no other
+ * region starts in a slice). */
+bool registry_overlaps(uintptr_t base, size_t size) {
+  if (registry_lookup((void *)base)) return true;
+  for (uintptr_t s = base >> SLICE_SHIFT; s <= (base + size - 1) >> SLICE_SHIFT; s++) {
+    if (s >> (REG_L1_BITS + REG_L2_BITS)) break;
+    slice_entry_t *leaf = atomic_load_explicit(&registry_l1[s >> REG_L2_BITS], memory_order_acquire);
+    if (!leaf) continue;
+    slice_entry_t *e = &leaf[s & (((uintptr_t)1 << REG_L2_BITS) - 1)];
+    uintptr_t in = atomic_load_explicit(&e->inside, memory_order_acquire) & ~REG_KIND_MASK;
+    uintptr_t cv = atomic_load_explicit(&e->cover, memory_order_acquire) & ~REG_KIND_MASK;
+    if ((in && in >= base && in - base < size) || (cv && cv >= base && cv - base < size)) return true;
+  }
+  return false;
+}

@@ -11,6 +11,8 @@
  * then. */
 bool registry_add(region_t *r);
 void registry_remove(region_t *r);
+/* Whether a recorded region overlaps [base, base + size). */
+bool registry_overlaps(uintptr_t base, size_t size);
 
 /* Leaves set aside for a region whose address is not known yet (mremap may
  * move a block anywhere): once registry_reserve(rv, span) succeeded,

@@ -269,7 +269,7 @@ static region_t *source_take(source_t *s, size_t size, unsigned flags);
  * return value). */
 region_t *source_alloc(source_t *s, size_t size, unsigned flags) {
   int saved = errno;
-  region_t *r = source_take(s, size, flags);
+  region_t *r = unlikely(s->user) ? usrc_alloc(s, size, flags) : source_take(s, size, flags);
   if (r) errno = saved;
   return r;
 }
@@ -383,6 +383,10 @@ static void unmap_all(seg_t *v, size_t n) {
 
 void source_free(region_t *r) {
   source_t *s = r->source;
+  if (unlikely(s->user)) {
+    usrc_free(r);
+    return;
+  }
   void *p = r;
   size_t size = r->size;
   uint32_t map = r->map;
@@ -433,12 +437,23 @@ void source_free(region_t *r) {
   unmap_all(victims, nv);
 }
 
+void source_free_to_os(region_t *r) {
+  source_t *s = r->source;
+  LOCUS_ASSERT(!s->user);
+  size_t size = r->size;
+  huge_count(r, false);
+  stat_sub(&locus_stats.in_use, size);
+  s->in_use -= size;
+  os_unmap(r, size);
+}
+
 /* Grows r in place over the cached segment that follows it in the same
  * mapping, if that segment is long enough: no system call, no copy, and the
  * pages are already resident. A growing buffer carved from the head of a
  * cached segment finds the rest of that segment right behind it. */
 bool source_extend(region_t *r, size_t new_size) {
   source_t *s = r->source;
+  if (unlikely(s->user)) return usrc_extend(r, new_size);
   char *end = (char *)r + r->size;
   size_t need = new_size - r->size;
   if (!s->nseg) return false;
@@ -473,6 +488,7 @@ bool source_extend(region_t *r, size_t new_size) {
 
 region_t *source_resize(region_t *r, size_t new_size) {
   source_t *s = r->source;
+  if (unlikely(s->user)) return NULL;  /* never mremap the user's memory: the caller copies */
   size_t old_size = r->size;
   uint64_t now = auto_now();
   if (now && new_size > old_size) {    /* the new tail faults: nothing cached could serve it */

@@ -28,8 +28,11 @@ typedef struct seg_s {
 #define SOURCE_GENERIC (-1)
 #define SOURCE_INTERLEAVE (-2)
 
+struct usrc_s;
+
 typedef struct source_s {
   lock_t lock;
+  struct usrc_s *user;         /* a user heap's memory (source/user.c), or NULL */
   int node;                    /* a node id, SOURCE_GENERIC or SOURCE_INTERLEAVE */
   int policy;                  /* os_policy_t applied to its fresh mappings */
   uint64_t policy_nodes;       /* node mask of the policy */
@@ -86,5 +89,38 @@ void sources_apply_bound(void);
 void sources_report(void (*line)(void *, const source_t *), void *ctx);
 /* Checks every source's accounting; aborts with a message on a violation. */
 void sources_validate(void);
+
+/* ---- user memory (source/user.c) -----------------------------------------
+ * The memory of a user heap given a segment or a source of its own
+ * (locus_heap_create): a source_t whose `user` is set and whose memory is
+ * the user's. It never maps, unmaps, advises or remaps anything itself:
+ * source_alloc cuts regions from its free extents (best fit, aligned when
+ * asked), source_free merges them back (pieces of one map only),
+ * source_extend grows a region over the free extent behind it, and
+ * source_resize refuses (no mremap of the user's memory). Its regions carry
+ * REGION_USER (never known zero: calloc clears them with stores). More
+ * memory comes only from usrc_grow, which calls the user's map with no
+ * locus lock held but the heap's allocation lock. Metadata (the extent and
+ * piece tables) lives in locus's own memory, outside the user's. */
+source_t *usrc_new(void *segment, size_t size, const locus_source_ops_t *ops);
+/* Asks the user's map for `size` bytes aligned on `align` and adds them; false
+ * when there is no map or it returned NULL (errno ENOMEM) or memory that is
+ * misaligned (EINVAL, given back). */
+bool usrc_grow(source_t *s, size_t size, size_t align);
+/* Whether [base, base + size) overlaps memory of s. */
+bool usrc_overlaps(source_t *s, uintptr_t base, size_t size);
+/* Bytes of s's memory, and of it free. */
+void usrc_sizes(source_t *s, size_t *total, size_t *free_bytes);
+/* The largest free extent (for a medium chunk that must fit). */
+size_t usrc_largest(source_t *s);
+/* Every region is back: gives the pieces the user's map returned to its
+ * unmap and frees s. */
+void usrc_destroy(source_t *s);
+region_t *usrc_alloc(source_t *s, size_t size, unsigned flags);
+void usrc_free(region_t *r);
+bool usrc_extend(region_t *r, size_t new_size);
+/* A region of a system source straight back to the OS (a destroyed user
+ * heap's memory: RSS drops at once, whatever the profile keeps). */
+void source_free_to_os(region_t *r);
 
 #endif /* LOCUS_SOURCE_H */

@@ -34,11 +34,14 @@
  *   trace open        -> nothing of the allocator (opens the file, reads maps)
  *   next-touch ranges -> fault handler install (if it is ever taken inside)
  *   heaps             -> heap (adopt, abandon, orphan collection)
+ *   user heap         -> its heap, the sources, its user source (the
+ *                        allocation path of a user heap; destroy, reset)
  *   heap              -> another heap (only under heaps: an orphan collected
  *                        by a thread holding its own heap's lock), source,
  *                        registry spares; heaps with a try only (a heap about
  *                        to take a new chunk collects orphans if it can)
  *   source            -> nothing
+ *   user source       -> nothing (the user's map is called outside it)
  *   registry spares, options file: leaves */
 typedef enum {
   LOCK_RANK_NONE = 0,                  /* unregistered: the debug build aborts on its use */
@@ -47,8 +50,10 @@ typedef enum {
   LOCK_RANK_NEXT_TOUCH = 30,
   LOCK_RANK_FAULT = 35,
   LOCK_RANK_HEAPS = 40,
+  LOCK_RANK_USER_HEAP = 45,            /* a user heap's allocation lock (heap/user.c) */
   LOCK_RANK_HEAP = 50,
   LOCK_RANK_SOURCE = 60,
+  LOCK_RANK_USER_SOURCE = 65,          /* a user heap's memory (source/user.c) */
   LOCK_RANK_REGISTRY_SPARE = 70,
   LOCK_RANK_OPTIONS_FILE = 80,
   LOCK_RANK_TEST = 200,                /* locks of the test programs (locus_internal) */

@@ -1,0 +1,130 @@
+/* The user-heap API of locus.h (heap/user.c holds the heaps; docs/heaps.md). */
+#include <errno.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "heap/user.h"
+#include "config/options.h"
+
+/* Sizes at or above this can never be satisfied (as malloc.c). */
+#define MAX_REQUEST ((size_t)PTRDIFF_MAX - 2 * PAGE_SIZE)
+
+LOCUS_EXPORT locus_heap_t *locus_heap_create(const locus_heap_config_t *cfg) { return uheap_create(cfg); }
+
+LOCUS_EXPORT void locus_heap_destroy(locus_heap_t *h) { uheap_drop(h, false, "locus_heap_destroy"); }
+
+LOCUS_EXPORT void locus_heap_reset(locus_heap_t *h) { uheap_drop(h, true, "locus_heap_reset"); }
+
+static void *heap_alloc_checked(locus_heap_t *h, size_t size, size_t align, bool zero, const char *fn) {
+  uheap_check(h, fn);
+  if (size > MAX_REQUEST) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return uheap_alloc(h, size, align, zero);
+}
+
+LOCUS_EXPORT void *locus_heap_malloc(locus_heap_t *h, size_t size) {
+  return heap_alloc_checked(h, size, ALIGN_MIN, false, "locus_heap_malloc");
+}
+
+LOCUS_EXPORT void *locus_heap_calloc(locus_heap_t *h, size_t n, size_t size) {
+  size_t bytes;
+  if (__builtin_mul_overflow(n, size, &bytes)) {
+    uheap_check(h, "locus_heap_calloc");
+    errno = ENOMEM;
+    return NULL;
+  }
+  return heap_alloc_checked(h, bytes, ALIGN_MIN, true, "locus_heap_calloc");
+}
+
+/* aligned_alloc's rule (as locus_memalign): a power of two, else EINVAL. */
+LOCUS_EXPORT void *locus_heap_aligned_alloc(locus_heap_t *h, size_t align, size_t size) {
+  uheap_check(h, "locus_heap_aligned_alloc");
+  if (!is_pow2(align)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return heap_alloc_checked(h, size, align < ALIGN_MIN ? ALIGN_MIN : align, false, "locus_heap_aligned_alloc");
+}
+
+/* In place where the block's kind allows (the allocation lock makes the
+ * caller the heap's owner: a medium block may grow into its free right
+ * neighbour; a large one over the free memory behind it), else moved within
+ * its heap; an arena's old block stays until the reset (it cannot be freed). */
+void *locus_heap_realloc_in(locus_heap_t *u, void *p, region_t *r, size_t usable, size_t size) {
+  uheap_check(u, "realloc");
+  if (size > MAX_REQUEST) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  heap_t *h = uheap_heap(u);
+  void *q = NULL;
+  uheap_lock(u);
+  switch (r->kind) {
+  case REGION_SMALL:
+    if (size <= usable && size >= usable / 2) q = p;
+    break;
+  case REGION_MEDIUM:
+    if (size > SMALL_MAX && size <= locus_opt.large_threshold && medium_resize_in_place(h, (chunk_t *)r, p, size))
+      q = p;
+    break;
+  case REGION_LARGE:                   /* never moved by mremap: its header is on the heap's list */
+    if (size > locus_opt.large_threshold) q = large_resize_in_place((large_t *)r, p, size);
+    break;
+  }
+  uheap_unlock(u);
+  if (q) return q;
+  q = uheap_alloc(u, size, ALIGN_MIN, false);
+  if (!q) return NULL;
+  memcpy(q, p, usable < size ? usable : size);
+  if (!uheap_is_arena(u)) locus_free_checked(p, "realloc");
+  return q;
+}
+
+LOCUS_EXPORT void *locus_heap_realloc(locus_heap_t *h, void *p, size_t size) {
+  uheap_check(h, "locus_heap_realloc");
+  if (!p) return locus_heap_malloc(h, size);
+  region_t *r = registry_lookup(p);
+  size_t usable = r ? locus_usable_size(p) : 0;   /* aborts, naming it, on a foreign pointer */
+  if (!r) locus_fatal("locus_heap_realloc(): invalid pointer %p (not allocated by locus)", p);
+  if (uheap_of_heap(r->heap) == h) {
+    if (size == 0) size = 1;           /* a heap's block stays a block (no free-and-NULL) */
+    return locus_heap_realloc_in(h, p, r, usable, size);
+  }
+  /* Another heap's block (or malloc's) moves into h. */
+  void *q = heap_alloc_checked(h, size ? size : 1, ALIGN_MIN, false, "locus_heap_realloc");
+  if (!q) return NULL;
+  memcpy(q, p, usable < size ? usable : size);
+  uheap_t *from = uheap_of_heap(r->heap);
+  if (!from || !uheap_is_arena(from)) locus_free_checked(p, "locus_heap_realloc");
+  return q;
+}
+
+LOCUS_EXPORT locus_heap_t *locus_heap_of(const void *p) {
+  if (!p) return NULL;
+  region_t *r = registry_lookup(p);
+  return r ? uheap_of_heap(r->heap) : NULL;
+}
+
+LOCUS_EXPORT locus_heap_t *locus_heap_capture(locus_heap_t *h) {
+  locus_init();
+  int err;
+  locus_heap_t *prev = uheap_capture(h, &err);
+  if (err) errno = err;
+  return prev;
+}
+
+LOCUS_EXPORT int locus_heap_stats(locus_heap_t *h, locus_stats_t *st) {
+  if (!h || !st) {
+    errno = EINVAL;
+    return -1;
+  }
+  uheap_check(h, "locus_heap_stats");
+  return uheap_stats(h, st);
+}
+
+LOCUS_EXPORT const char *locus_heap_name(const locus_heap_t *h) {
+  uheap_check(h, "locus_heap_name");
+  return uheap_name(h);
+}

@@ -1,0 +1,47 @@
+/* User heaps (locus_heap_create): heaps of the program's own, over a segment
+ * it gives, a memory source of its own, or locus's memory placed on a node or
+ * interleaved (S. Valat, PhD thesis, 2014, §4.13). The public handle is the
+ * record itself (struct locus_heap). */
+#ifndef LOCUS_HEAP_USER_H
+#define LOCUS_HEAP_USER_H
+
+#include "heap/heap.h"
+
+typedef struct locus_heap uheap_t;
+
+/* NULL with errno set (EINVAL: the configuration; ENOMEM). */
+uheap_t *uheap_create(const locus_heap_config_t *cfg);
+/* Drops every block; keep: the heap stays, with its memory (reset). */
+void uheap_drop(uheap_t *u, bool keep, const char *fn);
+/* Aborts, naming fn and the heap, unless u is a live heap. */
+void uheap_check(const uheap_t *u, const char *fn);
+/* An allocation from u by any thread, with growth through the user's
+ * source; NULL + ENOMEM when the heap is exhausted or at its limit. */
+void *uheap_alloc(uheap_t *u, size_t size, size_t align, bool zero);
+/* The allocation lock, for a realloc that resizes a block of u in place
+ * (api/heaps.c): the holder acts as the owner of u's heap. */
+void uheap_lock(uheap_t *u);
+void uheap_unlock(uheap_t *u);
+heap_t *uheap_heap(const uheap_t *u);
+bool uheap_is_arena(const uheap_t *u);
+const char *uheap_name(const uheap_t *u);
+/* The user heap of a heap record (NULL for the default heaps). */
+static inline uheap_t *uheap_of_heap(const heap_t *h) { return h->place == PLACE_USER ? h->user : NULL; }
+/* free() of a block of user heap u: aborts when u is an arena. */
+void uheap_free_check(const heap_t *owner, const void *p, const char *fn);
+/* Large blocks of user heaps are on their heap's list (large.c). */
+void uheap_large_link(heap_t *h, large_t *l);
+void uheap_large_unlink(large_t *l);
+/* Capture (locus_heap_capture): returns the heap captured before. */
+uheap_t *uheap_capture(uheap_t *u, int *err);
+/* An allocation that reached a slow path of a capture trampoline. */
+void *uheap_captured_alloc(heap_t *tramp, size_t size, size_t align, bool zero);
+/* Thread exit: ends the thread's capture; its heap pointer is the main heap again. */
+void uheap_capture_end(heap_t *main);
+int uheap_stats(uheap_t *u, locus_stats_t *st);
+/* Calls line(ctx, u) for every live user heap (reports). */
+void uheaps_report(void (*line)(void *, uheap_t *), void *ctx);
+/* The heap's allocation count and the bytes of its memory it holds / could hold. */
+void uheap_figures(uheap_t *u, size_t *held, size_t *seg_total, size_t *seg_free, size_t *allocs);
+
+#endif /* LOCUS_HEAP_USER_H */

@@ -1,0 +1,481 @@
+/* User heaps (locus_heap_*, docs/heaps.md): every function, every bad input,
+ * a guarded segment filled to exhaustion by four threads, growth through a
+ * user source, the limit, reset and destroy, capture, arenas, fork. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include "locus.h"
+#include "unit/check.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* A pattern that survives a move (check.h's depends on the address). */
+static void ifill(char *p, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = (char)(i * 7 + 3);
+}
+static int iverify(const char *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != (char)(i * 7 + 3)) return 0;
+  return 1;
+}
+
+static locus_heap_config_t cfg_default(void) {
+  locus_heap_config_t c = LOCUS_HEAP_CONFIG_INIT;
+  return c;
+}
+
+/* A segment with PROT_NONE guard pages on both sides: a touch outside it faults. */
+static char *guarded(size_t size) {
+  size_t g = 64 * 1024;
+  char *p = mmap(NULL, size + 2 * g, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  CHECK(p != MAP_FAILED, "mmap");
+  CHECK(mprotect(p + g, size, PROT_READ | PROT_WRITE) == 0, "mprotect");
+  return p + g;
+}
+
+static void basic(void) {
+  locus_heap_config_t c = cfg_default();
+  c.name = "basic";
+  locus_heap_t *h = locus_heap_create(&c);
+  CHECK(h, "create: %s", strerror(errno));
+  CHECK(strcmp(locus_heap_name(h), "basic") == 0, "name");
+  size_t sizes[] = {1, 16, 100, 8192, 9000, 200000, 3 * MiB};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    char *p = locus_heap_malloc(h, sizes[i]);
+    CHECK(p, "malloc %zu", sizes[i]);
+    CHECK(locus_heap_of(p) == h, "heap_of %zu", sizes[i]);
+    CHECK(malloc_usable_size(p) >= sizes[i], "usable");
+    ifill(p, sizes[i]);
+    char *q = realloc(p, sizes[i] * 2 + 1);          /* plain realloc keeps it in h */
+    CHECK(q && locus_heap_of(q) == h && iverify(q, sizes[i]), "realloc keeps heap and data");
+    free(q);
+    char *z = locus_heap_calloc(h, sizes[i], 1);
+    CHECK(z && locus_heap_of(z) == h, "calloc");
+    for (size_t k = 0; k < sizes[i]; k++) CHECK(!z[k], "calloc zero");
+    memset(z, 0xab, sizes[i]);
+    free(z);
+    z = locus_heap_calloc(h, 1, sizes[i]);           /* recycled: cleared again */
+    for (size_t k = 0; k < sizes[i]; k++) CHECK(!z[k], "calloc zero after reuse");
+    free(z);
+  }
+  for (size_t a = 16; a <= 2 * MiB; a *= 4) {
+    char *p = locus_heap_aligned_alloc(h, a, 100);
+    CHECK(p && ((uintptr_t)p & (a - 1)) == 0 && locus_heap_of(p) == h, "aligned %zu", a);
+    free(p);
+  }
+  errno = 0;
+  CHECK(!locus_heap_aligned_alloc(h, 24, 100) && errno == EINVAL, "aligned: not a power of two");
+  errno = 0;
+  CHECK(!locus_heap_malloc(h, SIZE_MAX / 2) && errno == ENOMEM, "huge size");
+  errno = 0;
+  CHECK(!locus_heap_calloc(h, SIZE_MAX / 2, 4) && errno == ENOMEM, "calloc overflow");
+  /* A default block moves into h; h's block stays with locus_heap_realloc(h). */
+  char *d = malloc(50);
+  CHECK(locus_heap_of(d) == NULL, "default heap is NULL");
+  ifill(d, 50);
+  char *m = locus_heap_realloc(h, d, 60);
+  CHECK(m && locus_heap_of(m) == h && iverify(m, 50), "heap_realloc moves into h");
+  m = locus_heap_realloc(h, m, 5000);
+  CHECK(locus_heap_of(m) == h, "heap_realloc within h");
+  free(m);
+  CHECK(locus_heap_of(NULL) == NULL && locus_heap_of(&c) == NULL, "heap_of foreign");
+  locus_stats_t st;
+  CHECK(locus_heap_stats(h, &st) == 0 && st.cache_hits > 0 && st.bytes_in_use > 0, "stats");
+  CHECK(locus_heap_check() == 0, "heap check");
+  locus_heap_destroy(h);
+}
+
+static void bad_configs(void) {
+  locus_heap_config_t c;
+  char *seg = guarded(8 * MiB);
+#define BAD(what)                                                             \
+  do {                                                                        \
+    errno = 0;                                                                \
+    CHECK(!locus_heap_create(&c) && errno == EINVAL, "%s: errno %d", what, errno); \
+  } while (0)
+  c = cfg_default(); c.struct_size = 8; BAD("struct_size small");
+  c = cfg_default(); c.struct_size = sizeof c + 64; BAD("struct_size large");
+  errno = 0;
+  CHECK(!locus_heap_create(NULL) && errno == EINVAL, "NULL config");
+  c = cfg_default(); c.segment = NULL; c.segment_size = 8 * MiB; BAD("NULL segment");
+  c = cfg_default(); c.segment = seg; c.segment_size = 0; BAD("empty segment");
+  c = cfg_default(); c.segment = seg; c.segment_size = 512 * 1024; BAD("segment too small");
+  c = cfg_default(); c.segment = seg + 8; c.segment_size = 4 * MiB; BAD("misaligned segment");
+  c = cfg_default(); c.flags = 0x100; BAD("unknown flags");
+  c = cfg_default(); c.node = 4000; BAD("node not allowed");
+  c = cfg_default(); c.node = -7; BAD("negative node");
+  c = cfg_default(); c.interleave = 2; BAD("interleave 2");
+  c = cfg_default(); c.segment = seg; c.segment_size = 8 * MiB; c.node = 0; BAD("segment with node");
+  locus_source_ops_t ops = {0};
+  c = cfg_default(); c.source = &ops; BAD("source without map");
+  /* a segment in locus's own memory (a block of malloc) */
+  char *blk = malloc(16 * MiB);
+  char *inner = (char *)(((uintptr_t)blk + 4 * MiB) & ~(uintptr_t)(64 * 1024 - 1));
+  c = cfg_default(); c.segment = inner; c.segment_size = 4 * MiB; BAD("segment inside a malloc block");
+  free(blk);
+  /* overlapping another heap's segment */
+  c = cfg_default(); c.segment = seg; c.segment_size = 8 * MiB;
+  locus_heap_t *a = locus_heap_create(&c);
+  CHECK(a, "segment heap: %s", strerror(errno));
+  c.segment = seg + 4 * MiB; c.segment_size = 4 * MiB; BAD("overlapping segment");
+  locus_heap_destroy(a);
+  c.segment = seg + 4 * MiB; c.segment_size = 4 * MiB;   /* free again once destroyed */
+  a = locus_heap_create(&c);
+  CHECK(a, "segment reusable after destroy");
+  locus_heap_destroy(a);
+  /* an older, shorter config (up to flags) is accepted */
+  c = cfg_default(); c.struct_size = offsetof(locus_heap_config_t, name);
+  a = locus_heap_create(&c);
+  CHECK(a && strncmp(locus_heap_name(a), "heap#", 5) == 0, "old config size");
+  locus_heap_destroy(a);
+}
+
+/* ---- a guarded segment filled to exhaustion by four threads ------------- */
+#define SEG (64 * MiB)
+static char *g_seg;
+static locus_heap_t *g_heap;
+typedef struct { void **v; size_t n; uint64_t seed; } fill_t;
+
+static void *filler(void *arg) {
+  fill_t *f = arg;
+  f->v = mmap(NULL, 1 << 22, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  unsigned fails = 0;
+  while (fails < 200) {
+    f->seed = f->seed * 6364136223846793005u + 1442695040888963407u;
+    unsigned k = (unsigned)(f->seed >> 60);
+    size_t size = k < 10 ? 16 + (f->seed >> 40) % 2000 : k < 14 ? 8192 + (f->seed >> 40) % 300000
+                                                               : MiB + (f->seed >> 40) % (2 * MiB);
+    char *p = locus_heap_malloc(g_heap, size);
+    if (!p) {
+      CHECK(errno == ENOMEM, "exhaustion gives ENOMEM");
+      fails++;
+      continue;
+    }
+    CHECK(p >= g_seg && p + size <= g_seg + SEG, "block %p+%zu outside the segment", (void *)p, size);
+    p[0] = (char)size;
+    p[size - 1] = (char)(size >> 3);
+    *(size_t *)(p + (size >= 16 ? 8 : 0)) = size;
+    f->v[f->n++] = p;
+  }
+  return NULL;
+}
+
+static void *freer(void *arg) {               /* frees another thread's blocks */
+  fill_t *f = arg;
+  for (size_t i = 0; i < f->n; i++) {
+    char *p = f->v[i];
+    size_t size = *(size_t *)(p + 8);
+    CHECK(p[0] == (char)size && p[size - 1] == (char)(size >> 3), "block content");
+    free(p);
+  }
+  return NULL;
+}
+
+static void guarded_exhaustion(void) {
+  g_seg = guarded(SEG);
+  locus_heap_config_t c = cfg_default();
+  c.segment = g_seg;
+  c.segment_size = SEG;
+  c.name = "guarded";
+  for (int round = 0; round < 3; round++) {
+    g_heap = locus_heap_create(&c);
+    CHECK(g_heap, "create over segment: %s", strerror(errno));
+    pthread_t t[4];
+    fill_t f[4] = {{0}};
+    for (int i = 0; i < 4; i++) {
+      f[i].seed = 0x1234567ull * (i + 1) + round;
+      pthread_create(&t[i], NULL, filler, &f[i]);
+    }
+    size_t n = 0;
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL), n += f[i].n;
+    locus_stats_t st;
+    CHECK(locus_heap_stats(g_heap, &st) == 0, "stats");
+    CHECK(st.bytes_in_use > SEG / 2 && st.bytes_in_use <= SEG, "held %llu of the segment",
+          (unsigned long long)st.bytes_in_use);
+    if (round == 0) {                  /* free everything from other threads, then refill */
+      for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, freer, &f[(i + 1) % 4]);
+      for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+      char *p = locus_heap_malloc(g_heap, 4 * MiB);
+      CHECK(p, "memory freed by other threads is reused");
+      free(p);
+    } else if (round == 1) {
+      locus_heap_reset(g_heap);          /* every block gone at once, memory kept */
+      char *p = locus_heap_malloc(g_heap, 100);
+      CHECK(p && p >= g_seg && p < g_seg + SEG, "allocation after reset");
+    }
+    for (int i = 0; i < 4; i++) munmap(f[i].v, 1 << 22);
+    printf("guarded round %d: %zu blocks, %llu bytes held\n", round, n, (unsigned long long)st.bytes_in_use);
+    locus_heap_destroy(g_heap);
+  }
+}
+
+/* ---- a user source ------------------------------------------------------ */
+static atomic_int maps, unmaps;
+static atomic_size_t mapped;
+static void *src_map(void *ctx, size_t size, size_t align) {
+  CHECK(ctx == (void *)0x42, "ctx");
+  char *p = mmap(NULL, size + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  char *a = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+  if (a > p) munmap(p, (size_t)(a - p));
+  munmap(a + size, (size_t)(p + size + align - (a + size)));
+  atomic_fetch_add(&maps, 1);
+  atomic_fetch_add(&mapped, size);
+  void *x = malloc(10);                 /* a map may call malloc (the default heap) */
+  free(x);
+  return a;
+}
+static void src_unmap(void *ctx, void *p, size_t size) {
+  atomic_fetch_add(&unmaps, 1);
+  atomic_fetch_sub(&mapped, size);
+  munmap(p, size);
+}
+
+static void user_source(void) {
+  locus_source_ops_t ops = {src_map, src_unmap, (void *)0x42};
+  locus_heap_config_t c = cfg_default();
+  c.source = &ops;
+  c.limit = 64 * MiB;
+  locus_heap_t *h = locus_heap_create(&c);
+  CHECK(h, "create with a source");
+  CHECK(maps == 0, "no map before the first allocation");
+  void *v[4096];
+  size_t n = 0, held = 0;
+  for (;;) {
+    size_t size = n % 3 == 0 ? 3 * MiB : n % 3 == 1 ? 100000 : 48;
+    void *p = locus_heap_malloc(h, size);
+    if (!p) {
+      CHECK(errno == ENOMEM, "limit gives ENOMEM");
+      break;
+    }
+    CHECK(n < 4096, "the limit stops it");
+    v[n++] = p;
+  }
+  locus_stats_t st;
+  locus_heap_stats(h, &st);
+  held = st.bytes_in_use;
+  CHECK(held <= 64 * MiB && held > 32 * MiB, "held %zu within the limit", held);
+  CHECK(maps > 1, "grown through the source (%d maps)", maps);
+  /* With the segment pieces free again, the limit lets it allocate again. */
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  void *p = locus_heap_malloc(h, 3 * MiB);
+  CHECK(p, "after frees");
+  locus_heap_destroy(h);
+  CHECK(maps == unmaps && mapped == 0, "every map given back (%d maps, %d unmaps)", maps, unmaps);
+}
+
+/* ---- reset and destroy of many blocks ------------------------------------ */
+static void million(void) {
+  locus_heap_config_t c = cfg_default();
+  locus_heap_t *h = locus_heap_create(&c);
+  size_t before = rss_kib();
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 1000000; i++) {
+      int *p = locus_heap_malloc(h, 48);
+      CHECK(p, "malloc");
+      p[0] = i;
+    }
+    locus_stats_t st;
+    locus_heap_stats(h, &st);
+    if (round == 0) CHECK(rss_kib() > before + 40 * 1024, "the blocks are resident");
+    size_t held = st.bytes_in_use;
+    locus_heap_reset(h);
+    locus_heap_stats(h, &st);
+    CHECK(st.bytes_in_use == held, "reset keeps the memory");
+  }
+  locus_heap_destroy(h);
+  CHECK(rss_kib() < before + 8 * 1024, "RSS back after destroy: %zu KiB, was %zu", rss_kib(), before);
+}
+
+/* ---- capture --------------------------------------------------------------- */
+static void capture(void) {
+  locus_heap_config_t c = cfg_default();
+  locus_heap_t *h = locus_heap_create(&c), *h2 = locus_heap_create(&c);
+  char *before = malloc(32);
+  CHECK(locus_heap_capture(h) == NULL, "no capture before");
+  char *a = malloc(32), *b = calloc(10, 1000), *d = malloc(5 * MiB), *s = strdup("captured");
+  void *al = aligned_alloc(4096, 4096);
+  CHECK(locus_heap_of(a) == h && locus_heap_of(b) == h && locus_heap_of(d) == h, "malloc, calloc captured");
+  CHECK(locus_heap_of(s) == h, "a library's malloc (strdup) captured");
+  CHECK(locus_heap_of(al) == h && ((uintptr_t)al & 4095) == 0, "aligned_alloc captured");
+  char *r = realloc(before, 5000);                   /* an old block stays in the default heap */
+  CHECK(locus_heap_of(r) == NULL, "realloc of a default block stays default");
+  CHECK(locus_heap_capture(h2) == h, "nested capture returns the previous");
+  char *e = malloc(10);
+  CHECK(locus_heap_of(e) == h2, "second heap");
+  CHECK(locus_heap_capture(h) == h2, "back");
+  CHECK(locus_heap_capture(NULL) == h, "restore");
+  char *f = malloc(10);
+  CHECK(locus_heap_of(f) == NULL, "default again");
+  free(a), free(b), free(d), free(s), free(al), free(r), free(e), free(f);
+  locus_heap_destroy(h);
+  locus_heap_destroy(h2);
+}
+
+static void *capture_exit(void *arg) {
+  locus_heap_capture(arg);
+  free(malloc(100));
+  return malloc(64);                     /* the thread exits captured */
+}
+
+static void capture_thread_exit(void) {
+  locus_heap_config_t c = cfg_default();
+  locus_heap_t *h = locus_heap_create(&c);
+  pthread_t t;
+  void *p;
+  pthread_create(&t, NULL, capture_exit, h);
+  pthread_join(t, &p);
+  CHECK(locus_heap_of(p) == h, "thread's block in h");
+  free(p);
+  locus_heap_destroy(h);                 /* the exit ended the capture: no abort */
+}
+
+/* ---- many threads on one heap ------------------------------------------- */
+static locus_heap_t *shared;
+static void *_Atomic slots[1024];
+static void *churn(void *arg) {
+  uint64_t s = (uintptr_t)arg;
+  for (int i = 0; i < 200000; i++) {
+    s = s * 6364136223846793005u + 1442695040888963407u;
+    size_t size = (s >> 33) % 3 == 0 ? 16 + (s >> 40) % 20000 : 16 + (s >> 40) % 200;
+    void *p = locus_heap_malloc(shared, size);
+    CHECK(p, "shared malloc");
+    *(size_t *)p = size;
+    void *old = atomic_exchange(&slots[(s >> 20) % 1024], p);
+    if (old) free(old);
+  }
+  return NULL;
+}
+
+static void threads_one_heap(void) {
+  locus_heap_config_t c = cfg_default();
+  shared = locus_heap_create(&c);
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, churn, (void *)(uintptr_t)(i * 977 + 1));
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 1024; i++)
+    if (slots[i]) free(slots[i]), slots[i] = NULL;
+  locus_heap_destroy(shared);
+}
+
+/* ---- misuse: each in a child, which must abort naming the heap ----------- */
+static void expect_abort(void (*fn)(void), const char *needle) {
+  int pfd[2];
+  CHECK(pipe(pfd) == 0, "pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pfd[1], 2);
+    fn();
+    _exit(0);
+  }
+  close(pfd[1]);
+  char buf[4096] = {0};
+  size_t got = 0;
+  ssize_t k;
+  while ((k = read(pfd[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)k;
+  close(pfd[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "%s: child did not abort (%s)", needle, buf);
+  CHECK(strstr(buf, needle), "message '%s' lacks '%s'", buf, needle);
+}
+
+static locus_heap_t *named(const char *name, unsigned flags) {
+  locus_heap_config_t c = cfg_default();
+  c.name = name;
+  c.flags = flags;
+  return locus_heap_create(&c);
+}
+static void m_arena_free(void) { free(locus_heap_malloc(named("arena-a", LOCUS_HEAP_ARENA), 40)); }
+static void m_arena_free_large(void) { free(locus_heap_malloc(named("arena-b", LOCUS_HEAP_ARENA), 4 * MiB)); }
+static void m_arena_free_medium(void) { free(locus_heap_malloc(named("arena-c", LOCUS_HEAP_ARENA), 40000)); }
+static void m_destroy_twice(void) {
+  locus_heap_t *h = named("twice", 0);
+  locus_heap_destroy(h);
+  locus_heap_destroy(h);
+}
+static void m_alloc_destroyed(void) {
+  locus_heap_t *h = named("gone", 0);
+  locus_heap_destroy(h);
+  locus_heap_malloc(h, 10);
+}
+static void m_capture_destroyed(void) {
+  locus_heap_t *h = named("gone-capture", 0);
+  locus_heap_destroy(h);
+  locus_heap_capture(h);
+}
+static void m_destroy_captured(void) {
+  locus_heap_t *h = named("held", 0);
+  locus_heap_capture(h);
+  locus_heap_capture(NULL);
+  locus_heap_capture(h);
+  locus_heap_destroy(h);
+}
+static void m_double_free(void) {
+  locus_heap_t *h = named("df", 0);
+  void *p = locus_heap_malloc(h, 64);
+  free(p);
+  free(p);
+}
+
+static void misuse(void) {
+  expect_abort(m_arena_free, "arena heap 'arena-a'");
+  expect_abort(m_arena_free_large, "arena heap 'arena-b'");
+  expect_abort(m_arena_free_medium, "arena heap 'arena-c'");
+  expect_abort(m_destroy_twice, "heap 'twice'");
+  expect_abort(m_alloc_destroyed, "heap 'gone'");
+  expect_abort(m_capture_destroyed, "heap 'gone-capture'");
+  expect_abort(m_destroy_captured, "heap 'held'");
+  expect_abort(m_double_free, "double free");
+  /* arena: realloc works, reset releases */
+  locus_heap_t *h = named("arena-ok", LOCUS_HEAP_ARENA);
+  for (int r = 0; r < 3; r++) {
+    char *p = locus_heap_malloc(h, 100);
+    ifill(p, 100);
+    p = realloc(p, 100000);
+    CHECK(p && iverify(p, 100) && locus_heap_of(p) == h, "arena realloc");
+    locus_heap_reset(h);
+  }
+  locus_heap_destroy(h);
+}
+
+/* ---- fork: the child uses the heap -------------------------------------- */
+static void fork_child(void) {
+  locus_heap_t *h = named("forked", 0);
+  void *p = locus_heap_malloc(h, 100);
+  pid_t pid = fork();
+  if (pid == 0) {
+    free(p);
+    for (int i = 0; i < 1000; i++) free(locus_heap_malloc(h, (size_t)i * 37 + 1));
+    locus_heap_destroy(h);
+    _exit(0);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child used the heap");
+  free(p);
+  locus_heap_destroy(h);
+}
+
+int main(void) {
+  basic();
+  bad_configs();
+  guarded_exhaustion();
+  user_source();
+  million();
+  capture();
+  capture_thread_exit();
+  threads_one_heap();
+  misuse();
+  fork_child();
+  return TEST_DONE();
+}
