@@ -131,6 +131,7 @@ void uheap_check(const uheap_t *u, const char *fn) {
 }
 
 heap_t *uheap_heap(const uheap_t *u) { return u->h; }
+lock_t *uheap_lock_of(uheap_t *u) { return &u->lock; }
 bool uheap_is_arena(const uheap_t *u) { return u->flags & LOCUS_HEAP_ARENA; }
 const char *uheap_name(const uheap_t *u) { return u->name; }
 

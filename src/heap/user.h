@@ -23,6 +23,7 @@ void *uheap_alloc(uheap_t *u, size_t size, size_t align, bool zero);
 void uheap_lock(uheap_t *u);
 void uheap_unlock(uheap_t *u);
 heap_t *uheap_heap(const uheap_t *u);
+lock_t *uheap_lock_of(uheap_t *u);     /* (tests) */
 bool uheap_is_arena(const uheap_t *u);
 const char *uheap_name(const uheap_t *u);
 /* The user heap of a heap record (NULL for the default heaps). */

@@ -23,6 +23,7 @@
 
 #include "check.h"
 #include "heap/heap.h"
+#include "heap/user.h"
 #include "locus.h"
 #include "util/lock.h"
 
@@ -77,8 +78,15 @@ static void *child_thread(void *arg) {
 }
 
 /* The child's work; exit status 0 when all went well. */
+static locus_heap_t *user_heap;         /* over a segment: its allocation and source locks */
+
 static void child_work(void) {
   locus_init();                        /* the init case: starts over here */
+  for (int i = 0; i < 100; i++) {      /* the user heap works in the child */
+    void *u = locus_heap_malloc(user_heap, 16 + (size_t)i * 3000);
+    if (!u) _exit(8);
+    free(u);
+  }
   void *small[256];
   for (int i = 0; i < 256; i++) {
     small[i] = malloc(16 + (size_t)i * 24);
@@ -192,11 +200,20 @@ int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   free(malloc(1));
   sources_for_each(take_first, NULL);
+  static char seg[8 << 20] __attribute__((aligned(65536)));
+  locus_heap_config_t hc = LOCUS_HEAP_CONFIG_INIT;
+  hc.segment = seg;
+  hc.segment_size = sizeof seg;
+  user_heap = locus_heap_create(&hc);
+  CHECK(user_heap, "a user heap over a segment");
+  free(locus_heap_malloc(user_heap, 100));
   int classes = 0;
   for (const lock_class_t *c = lock_classes(); c; c = c->next, classes++) {
     if (c->lock) run_case(c->name, c->lock, holder);
     else if (c->rank == LOCK_RANK_HEAP) run_case(c->name, NULL, holder);   /* the helper's own heap */
     else if (c->rank == LOCK_RANK_SOURCE) run_case(c->name, &first_source->lock, holder);
+    else if (c->rank == LOCK_RANK_USER_HEAP) run_case(c->name, uheap_lock_of(user_heap), holder);
+    else if (c->rank == LOCK_RANK_USER_SOURCE) run_case(c->name, &uheap_heap(user_heap)->source->lock, holder);
     else CHECK(0, "lock class %s (rank %u): no case in this test for a class of many locks", c->name, c->rank);
   }
   /* Every lock named in the issue is registered (spare, next-touch, trace,
