@@ -5,6 +5,7 @@
 
 #include "config/options.h"
 #include "heap/heap.h"
+#include "heap/user.h"
 #include "numa/next_touch.h"
 #include "os/os.h"
 #include "os/topology.h"
@@ -73,8 +74,12 @@ static size_t heap_cached_blocks(const heap_t *h) {
   return n;
 }
 
+/* User heaps are reported apart, with their names; capture trampolines hold nothing. */
+static bool thread_heap(const heap_t *h) { return h->place != PLACE_USER && h->place != PLACE_CAPTURE; }
+
 static void json_heap(void *ctx, const heap_t *h) {
   heap_ctx_t *c = ctx;
+  if (!thread_heap(h)) return;
   text(c->t, "%s{\"tid\":%d,\"state\":\"%s\",\"place\":%d,\"node\":%d,\"chunk_bytes\":%zu,\"large_bytes\":%zu,"
        "\"large_allocs\":%zu,\"remote_frees\":%zu,\"reclaimed_runs\":%zu,\"thread_cache_blocks\":%zu}",
        c->n++ ? "," : "", (int)h->tid, heap_states[h->state], h->place, h->node, HLD(h, st_chunk_bytes),
@@ -87,6 +92,7 @@ typedef struct { size_t large_live, chunks, resident; } memory_t;
 
 static void sum_heap(void *ctx, const heap_t *h) {
   memory_t *m = ctx;
+  if (h->place == PLACE_USER && h->source->user) return;   /* the user's memory, not locus's */
   m->large_live += HLD(h, st_large_bytes);
   m->chunks += HLD(h, st_chunk_bytes);
 }
@@ -106,6 +112,36 @@ static void memory_get(memory_t *m) {
   *m = (memory_t){0};
   heaps_report(sum_heap, m);
   m->resident = resident_bytes();
+}
+
+/* One line per user heap (locus_heap_create): what it holds and, over a
+ * segment or a source of the user's, how much of that memory is free. */
+static void json_uheap(void *ctx, uheap_t *u) {
+  heap_ctx_t *c = ctx;
+  size_t held, total, free_bytes, allocs;
+  uheap_figures(u, &held, &total, &free_bytes, &allocs);
+  text(c->t, "%s{\"name\":\"", c->n++ ? "," : "");
+  for (const char *q = uheap_name(u); *q; q++) {   /* a JSON string: quotes, backslashes, controls escaped */
+    unsigned char ch = (unsigned char)*q;
+    if (ch < 0x20 || ch == '"' || ch == '\\') text(c->t, "\\u00%c%c", "0123456789abcdef"[ch >> 4], "0123456789abcdef"[ch & 15]);
+    else text(c->t, "%c", ch);
+  }
+  text(c->t, "\",\"arena\":%s,\"held_bytes\":%zu,\"user_memory_bytes\":%zu,\"user_memory_free\":%zu,"
+       "\"allocations\":%zu}", uheap_is_arena(u) ? "true" : "false", held, total, free_bytes, allocs);
+}
+
+static void report_uheap(void *ctx, uheap_t *u) {
+  heap_ctx_t *c = ctx;
+  if (c->n++ >= 16) {
+    if (c->n == 17) text(c->t, "  (more user heaps not shown)\n");
+    return;
+  }
+  size_t held, total, free_bytes, allocs;
+  uheap_figures(u, &held, &total, &free_bytes, &allocs);
+  text(c->t, "  user heap %s : holds %zu KiB%s, %zu allocations", uheap_name(u), held / KiB,
+       uheap_is_arena(u) ? " (arena)" : "", allocs);
+  if (total) text(c->t, "; its segment and source: %zu KiB, %zu KiB free", total / KiB, free_bytes / KiB);
+  text(c->t, "\n");
 }
 
 LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
@@ -156,6 +192,9 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
   text(&t, "],\"heaps\":[");
   heap_ctx_t hc = {&t, 0};
   heaps_report(json_heap, &hc);
+  text(&t, "],\"user_heaps\":[");
+  heap_ctx_t uc = {&t, 0};
+  uheaps_report(json_uheap, &uc);
   text(&t, "]}");
   if (len) buf[t.n < len ? t.n : len - 1] = 0;
   return t.n;
@@ -182,6 +221,7 @@ static void report_source(void *ctx, const source_t *s) {
 
 static void report_heap(void *ctx, const heap_t *h) {
   heap_ctx_t *c = ctx;
+  if (!thread_heap(h)) return;
   if (c->n++ >= 16) {                 /* the 17th and later: one note, at the first left out */
     if (c->n == 17) text(c->t, "  (more heaps not shown)\n");
     return;
@@ -248,6 +288,8 @@ LOCUS_EXPORT void locus_stats_print(void) {
   sources_report(report_source, &t);
   heap_ctx_t hc = {&t, 0};
   heaps_report(report_heap, &hc);
+  heap_ctx_t uc = {&t, 0};
+  uheaps_report(report_uheap, &uc);
   char path[256];
   size_t plen = options_stats_file(path, sizeof path);
   int fd = -1;

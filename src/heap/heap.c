@@ -430,7 +430,7 @@ void heaps_report(void (*line)(void *, const heap_t *), void *ctx) {
 void heaps_counts(size_t *live, size_t *orphaned) {
   lock_acquire(&heaps_lock);
   for (heap_t *h = all_heaps; h; h = h->next_all) {
-    if (h->main != h) continue;        /* placed sub-heaps go with their main heap */
+    if (h->place != PLACE_MAIN) continue;   /* placed sub-heaps go with their main heap; user heaps apart */
     if (h->state == HEAP_LIVE) ++*live;
     else if (h->state == HEAP_ORPHAN) ++*orphaned;
   }
