@@ -278,6 +278,7 @@ static void *alloc_locked(uheap_t *u, size_t size, size_t align, bool zero) {
 }
 
 void *uheap_alloc(uheap_t *u, size_t size, size_t align, bool zero) {
+  int saved = errno;                   /* a first attempt that fails before a growth sets it */
   uheap_lock(u);
   void *p = alloc_locked(u, size, align, zero);
   if (!p && u->usrc && size <= (size_t)PTRDIFF_MAX / 2) {
@@ -292,7 +293,7 @@ void *uheap_alloc(uheap_t *u, size_t size, size_t align, bool zero) {
     if (held > u->peak) u->peak = held;
   }
   uheap_unlock(u);
-  if (!p) errno = ENOMEM;
+  errno = p ? saved : ENOMEM;
   return p;
 }
 
@@ -346,6 +347,7 @@ static void drop_chunk(heap_t *h, chunk_t *c, bool keep) {
     }
     small_frames_remove((uintptr_t)c);
   } else if (keep) {
+    c->r.zeroed = false;               /* its bytes above the new high-water mark were handed out */
     medium_chunk_init(h, c);           /* one free block (the bins were emptied) */
     return;
   }

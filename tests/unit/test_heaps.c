@@ -296,6 +296,26 @@ static void million(void) {
   CHECK(rss_kib() < before + 8 * 1024, "RSS back after destroy: %zu KiB, was %zu", rss_kib(), before);
 }
 
+/* calloc after a reset: the kept chunks' memory was handed out before. */
+static void reset_calloc(void) {
+  locus_heap_config_t c = cfg_default();
+  locus_heap_t *h = locus_heap_create(&c);
+  size_t sizes[] = {40, 3000, 20000, 300000, 2 * MiB};
+  for (int round = 0; round < 3; round++) {
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+      for (int k = 0; k < 4; k++) memset(locus_heap_malloc(h, sizes[i]), 0xee, sizes[i]);
+    locus_heap_reset(h);
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+      for (int k = 0; k < 4; k++) {
+        unsigned char *z = locus_heap_calloc(h, 1, sizes[i]);
+        for (size_t j = 0; j < sizes[i]; j++) CHECK(!z[j], "calloc after reset: byte %zu of %zu", j, sizes[i]);
+        memset(z, 0xee, sizes[i]);
+      }
+    locus_heap_reset(h);
+  }
+  locus_heap_destroy(h);
+}
+
 /* ---- capture --------------------------------------------------------------- */
 static void capture(void) {
   locus_heap_config_t c = cfg_default();
@@ -472,6 +492,7 @@ int main(void) {
   guarded_exhaustion();
   user_source();
   million();
+  reset_calloc();
   capture();
   capture_thread_exit();
   threads_one_heap();
