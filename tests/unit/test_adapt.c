@@ -76,6 +76,37 @@ static void test_decay_after_large_phase(void) {
   CHECK(source_field("decayed") >= (long)(64 * MB), "per-source decay in the report");
 }
 
+/* The same when the small phase never leaves the thread cache: a ring of
+ * live blocks made before, the oldest replaced (bench_phased's small
+ * phase). No slow path runs; the controller's only tick is the cache's
+ * share (small_free_local, heap_cache_tick). */
+static void test_decay_through_thread_cache(void) {
+  locus_set_profile("auto");
+  locus_release();
+  enum { RING = 4096 };
+  static void *ring[RING];
+  for (int i = 0; i < RING; i++) ring[i] = malloc(48);
+  char *a[4];
+  for (int i = 0; i < 4; i++) {
+    a[i] = malloc(16 * MB);
+    memset(a[i], i, 16 * MB);
+  }
+  for (int i = 0; i < 4; i++) free(a[i]);
+  locus_stats_t s0 = stats();
+  CHECK(s0.bytes_cached >= 64 * MB, "freed blocks cached at first (%lu)", (unsigned long)s0.bytes_cached);
+  sleep_ms(ADAPT_WINDOW_MAX_NS / 1000000 + 100);
+  for (int i = 0; i < 64 * RING; i++) {
+    free(ring[i % RING]);
+    ring[i % RING] = malloc(48);
+  }
+  locus_stats_t s1 = stats();
+  for (int i = 0; i < RING; i++) free(ring[i]);
+  CHECK(s1.bytes_cached < 16 * MB, "stale segments released through the cache's tick (%lu cached)",
+        (unsigned long)s1.bytes_cached);
+  CHECK(s1.bytes_decayed - s0.bytes_decayed >= 64 * MB, "decay counted (%lu)",
+        (unsigned long)(s1.bytes_decayed - s0.bytes_decayed));
+}
+
 static void test_steady_reuse_stays(void) {
   locus_set_profile("auto");
   locus_release();
@@ -153,6 +184,7 @@ int main(void) {
   test_profile_switch();
   test_pressure_reader();
   test_decay_after_large_phase();
+  test_decay_through_thread_cache();
   test_steady_reuse_stays();
   test_longer_distance_learnt();
   test_other_profiles_do_not_decay();
