@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "config/options.h"
+#include <stdio.h>
+
 #include "heap/heap.h"
 #include "heap/user.h"
 #include "numa/next_touch.h"
@@ -92,7 +94,8 @@ typedef struct { size_t large_live, chunks, resident; } memory_t;
 
 static void sum_heap(void *ctx, const heap_t *h) {
   memory_t *m = ctx;
-  if (h->place == PLACE_USER && h->source->user) return;   /* the user's memory, not locus's */
+  /* The user's memory is not locus's; a destroyed user heap has no source (under heaps_lock). */
+  if (h->place == PLACE_USER && (!h->source || h->source->user || h->state == HEAP_DEAD)) return;
   m->large_live += HLD(h, st_large_bytes);
   m->chunks += HLD(h, st_chunk_bytes);
 }
@@ -138,7 +141,11 @@ static void report_uheap(void *ctx, uheap_t *u) {
   }
   size_t held, total, free_bytes, allocs;
   uheap_figures(u, &held, &total, &free_bytes, &allocs);
-  text(c->t, "  user heap %s : holds %zu KiB%s, %zu allocations", uheap_name(u), held / KiB,
+  char name[48];                       /* control characters shown as '?' */
+  snprintf(name, sizeof name, "%s", uheap_name(u));
+  for (char *q = name; *q; q++)
+    if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = '?';
+  text(c->t, "  user heap %s : holds %zu KiB%s, %zu allocations", name, held / KiB,
        uheap_is_arena(u) ? " (arena)" : "", allocs);
   if (total) text(c->t, "; its segment and source: %zu KiB, %zu KiB free", total / KiB, free_bytes / KiB);
   text(c->t, "\n");

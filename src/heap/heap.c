@@ -96,6 +96,13 @@ void heap_record_clear(heap_t *h) {
   lock_release(&heaps_lock);
 }
 
+void heap_record_retire(heap_t *h) {
+  lock_acquire(&heaps_lock);           /* reports follow h->source under it */
+  heap_set_state(h, HEAP_DEAD);
+  h->source = NULL;
+  lock_release(&heaps_lock);
+}
+
 void heap_record_restart(heap_t *h, bool keep_chunks) {
   heap_reset_classes(h);
   memset(h->partial, 0, sizeof h->partial);
@@ -462,6 +469,7 @@ static void heaps_fork_child(void) {
    * it has captured a user heap). User heaps stay live: their allocation
    * lock, taken by the prepare handler, says no thread was inside one. */
   heap_t *self = heap_thread_main();
+  uheap_fork_child(locus_tls_heap);
   for (heap_t *h = all_heaps; h; h = h->next_all)
     if (h->main != self && h->place != PLACE_USER && h->state == HEAP_LIVE) heap_set_state(h, HEAP_DEAD);
   if (self) self->tid = os_gettid();

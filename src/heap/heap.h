@@ -336,6 +336,8 @@ size_t heap_chunk_bytes(region_kind_t kind);
 heap_t *heap_new_detached(void);
 /* A dead user heap's record made new: every field zero, the lists empty. */
 void heap_record_clear(heap_t *h);
+/* A destroyed user heap's record: dead, without a source (reports skip it). */
+void heap_record_retire(heap_t *h);
 /* A user heap dropped every block: its run lists, stacks and (unless
  * keep_chunks) its chunk lists start over; the thread cache stays off. */
 void heap_record_restart(heap_t *h, bool keep_chunks);

@@ -158,11 +158,8 @@ static int config_check(const locus_heap_config_t *cfg, size_t *seg_size) {
 
 /* Whether the segment overlaps memory locus manages: a region (a block of
  * malloc, say) or another user heap's memory; list_lock held. */
-static bool segment_taken(uintptr_t base, size_t size) {
-  if (registry_overlaps(base, size)) return true;
-  for (uheap_t *u = live; u; u = u->next)
-    if (u->usrc && usrc_overlaps(u->usrc, base, size)) return true;
-  return false;
+static bool segment_taken(uintptr_t base, size_t size, const source_t *own) {
+  return registry_overlaps(base, size) || sources_overlap(base, size) || usrc_any_overlaps(base, size, own);
 }
 
 static void record_init(uheap_t *u, const locus_heap_config_t *cfg, source_t *usrc) {
@@ -225,7 +222,7 @@ uheap_t *uheap_create(const locus_heap_config_t *cfg) {
   lock_acquire(&list_lock);
   /* The overlap check and the link under one hold of the lock: of two
    * heaps given one segment at once, the second sees the first. */
-  if (!err && cfg->segment && segment_taken((uintptr_t)cfg->segment, seg_size)) err = EINVAL;
+  if (!err && cfg->segment && segment_taken((uintptr_t)cfg->segment, seg_size, usrc)) err = EINVAL;
   if (err) {
     record_put_back(u);
     lock_release(&list_lock);
@@ -242,6 +239,10 @@ uheap_t *uheap_create(const locus_heap_config_t *cfg) {
 /* ---- allocation -------------------------------------------------------- */
 
 void uheap_lock(uheap_t *u) {
+  /* The thread's default heap first: the user's map may call malloc, which
+   * must not make that heap (under the heap list's lock, ranked below)
+   * while this lock is held. */
+  (void)heap_get();
   in_user++;
   lock_acquire(&u->lock);
 }
@@ -401,18 +402,28 @@ void uheap_drop(uheap_t *u, bool keep, const char *fn) {
     return;
   }
   u->magic = UHEAP_DEAD;
-  heap_set_state(u->h, HEAP_DEAD);
   lock_release(&u->lock);
-  if (u->usrc) usrc_destroy(u->usrc);
-  u->usrc = NULL;
+  heap_record_retire(u->h);            /* dead, no source: reports no longer follow it */
+  /* Off the live list before its source goes: another heap's creation
+   * checks its segment against the live heaps' sources. */
   lock_acquire(&list_lock);
   live_unlink(u);
+  source_t *usrc = u->usrc;
+  u->usrc = NULL;
   u->next = NULL;
   if (dead_tail) dead_tail->next = u;
   else dead_head = u;
   dead_tail = u;
   ndead++;
   lock_release(&list_lock);
+  if (usrc) usrc_destroy(usrc);
+}
+
+/* fork() child, every lock held by the forking thread (the other threads
+ * are gone): a capture count is the forking thread's own capture only. */
+void uheap_fork_child(const heap_t *tls) {
+  for (uheap_t *u = live; u; u = u->next)
+    atomic_store(&u->captures, tls && tls->place == PLACE_CAPTURE && tls->user == u ? 1 : 0);
 }
 
 /* ---- capture ----------------------------------------------------------- */

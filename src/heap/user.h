@@ -40,6 +40,8 @@ void *uheap_captured_alloc(heap_t *tramp, size_t size, size_t align, bool zero);
 /* Thread exit: ends the thread's capture; its heap pointer is the main heap again. */
 void uheap_capture_end(heap_t *main);
 int uheap_stats(uheap_t *u, locus_stats_t *st);
+/* fork() child: capture counts are the forking thread's own (tls: its heap pointer). */
+void uheap_fork_child(const heap_t *tls);
 /* Calls line(ctx, u) for every live user heap (reports). */
 void uheaps_report(void (*line)(void *, uheap_t *), void *ctx);
 /* The heap's allocation count and the bytes of its memory it holds / could hold. */

@@ -437,6 +437,18 @@ void source_free(region_t *r) {
   unmap_all(victims, nv);
 }
 
+bool sources_overlap(uintptr_t base, size_t size) {
+  bool hit = false;
+  FOR_EACH_SOURCE(s) {
+    lock_acquire(&s->lock);
+    for (size_t i = 0; i < s->nseg && !hit; i++)
+      hit = (uintptr_t)s->seg[i].base < base + size && base < (uintptr_t)s->seg[i].base + s->seg[i].size;
+    lock_release(&s->lock);
+    if (hit) return true;
+  }
+  return false;
+}
+
 void source_free_to_os(region_t *r) {
   source_t *s = r->source;
   LOCUS_ASSERT(!s->user);

@@ -122,5 +122,9 @@ bool usrc_extend(region_t *r, size_t new_size);
 /* A region of a system source straight back to the OS (a destroyed user
  * heap's memory: RSS drops at once, whatever the profile keeps). */
 void source_free_to_os(region_t *r);
+/* Whether [base, base + size) overlaps a segment cached by locus's sources. */
+bool sources_overlap(uintptr_t base, size_t size);
+/* Whether it overlaps the memory of a live user source other than `except`. */
+bool usrc_any_overlaps(uintptr_t base, size_t size, const source_t *except);
 
 #endif /* LOCUS_SOURCE_H */

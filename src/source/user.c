@@ -174,9 +174,9 @@ bool usrc_grow(source_t *s, size_t size, size_t align) {
     return false;
   }
   uintptr_t b = (uintptr_t)p;
-  if (b & (align - 1) || registry_lookup(p) || registry_lookup((char *)p + size - 1)) {
+  if (b & (align - 1) || registry_overlaps(b, size) || sources_overlap(b, size) || usrc_any_overlaps(b, size, NULL)) {
     locus_warn("user heap source: map(%zu, %zu) returned %p, %s; given back", size, align, p,
-               b & (align - 1) ? "not aligned as asked" : "memory locus already manages");
+               b & (align - 1) ? "not aligned as asked" : "memory locus or a heap already manages");
     if (u->ops.unmap && !(b & (align - 1))) u->ops.unmap(u->ops.ctx, p, size);
     errno = EINVAL;
     return false;
@@ -190,6 +190,19 @@ bool usrc_grow(source_t *s, size_t size, size_t align) {
     errno = ENOMEM;
   }
   return ok;
+}
+
+bool usrc_any_overlaps(uintptr_t base, size_t size, const source_t *except) {
+  bool hit = false;
+  lock_acquire(&list_lock);
+  for (usrc_record_t *r = live; r && !hit; r = r->next) {
+    if (&r->s == except) continue;
+    lock_acquire(&r->s.lock);
+    hit = usrc_overlaps(&r->s, base, size);
+    lock_release(&r->s.lock);
+  }
+  lock_release(&list_lock);
+  return hit;
 }
 
 bool usrc_overlaps(source_t *s, uintptr_t base, size_t size) {
