@@ -212,7 +212,8 @@ typedef struct locus_source_ops {
 
 typedef struct locus_heap_config {
   size_t struct_size;          /* sizeof(locus_heap_config_t): lets the struct grow */
-  void *segment;               /* memory to manage (page-aligned, >= 1 MiB), or NULL */
+  void *segment;               /* memory to manage, or NULL: mapped readable and writable,
+                                  page-aligned, >= 1 MiB, not from malloc */
   size_t segment_size;         /* its bytes (rounded down to whole pages) */
   const locus_source_ops_t *source;  /* grows the heap (after the segment, if any), or NULL */
   int node;                    /* -1: first touch; >= 0: every page on that node (locus's memory only) */
@@ -232,7 +233,8 @@ locus_heap_t *locus_heap_create(const locus_heap_config_t *cfg);
 /* Every block still in the heap is gone; its memory goes back to its source
  * (locus's memory to the OS, a segment to you). No thread may use the heap
  * or its blocks meanwhile. Destroying a heap twice, or one that a thread has
- * captured, aborts with a message naming it. */
+ * captured, aborts with a message naming it (a record is reused after 64
+ * other heaps died: a handle that stale is no longer recognised). */
 void locus_heap_destroy(locus_heap_t *h);
 /* The same, but the heap keeps its memory: the next allocations reuse its
  * pages without faults. */
@@ -253,7 +255,8 @@ locus_heap_t *locus_heap_capture(locus_heap_t *h);
 /* The heap's own figures: bytes_in_use (memory it holds: chunks and large
  * blocks), bytes_cached (free memory of its segment and source pieces),
  * peak_footprint (highest bytes_in_use), cache_hits (allocations),
- * bytes_huge 0; the rest 0. 0, or -1 with errno EINVAL. */
+ * bytes_huge 0; the rest 0. 0, or -1 with errno EINVAL for a NULL argument;
+ * like every locus_heap_* call, a destroyed heap aborts naming it. */
 int locus_heap_stats(locus_heap_t *h, locus_stats_t *st);
 /* The heap's name (as configured, or "heap#N"). */
 const char *locus_heap_name(const locus_heap_t *h);
