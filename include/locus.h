@@ -198,8 +198,9 @@ typedef struct locus_heap locus_heap_t;
 /* A memory source of yours: map returns `size` bytes aligned on `align` (a
  * power of two, at least the page size) or NULL when exhausted; unmap gets
  * back exactly what one map returned, when the heap is destroyed (unmap may
- * be NULL: the memory is then left to you). Both are called with the heap's
- * allocation lock held and must not allocate from the same heap. */
+ * be NULL: the memory is then left to you). map is called with the heap's
+ * allocation lock held (it may call malloc, which then uses the thread's
+ * default heap, never this one); unmap with no lock held. */
 typedef struct locus_source_ops {
   void *(*map)(void *ctx, size_t size, size_t align);
   void (*unmap)(void *ctx, void *p, size_t size);
@@ -213,7 +214,8 @@ typedef struct locus_source_ops {
 typedef struct locus_heap_config {
   size_t struct_size;          /* sizeof(locus_heap_config_t): lets the struct grow */
   void *segment;               /* memory to manage, or NULL: mapped readable and writable,
-                                  page-aligned, >= 1 MiB, not from malloc */
+                                  aligned on 4 KiB (x86-64) or 64 KiB (aarch64), >= 1 MiB,
+                                  not from malloc */
   size_t segment_size;         /* its bytes (rounded down to whole pages) */
   const locus_source_ops_t *source;  /* grows the heap (after the segment, if any), or NULL */
   int node;                    /* -1: first touch; >= 0: every page on that node (locus's memory only) */
