@@ -2,8 +2,8 @@
 # The LOCUS_DEBUG build's run: configures and builds a second tree with the
 # invariant assertions and the periodic heap validator compiled in, then runs
 # the unit, stress (op counts halved: LOCUS_DEBUG_STRESS_SCALE), misuse and
-# lifecycle tests, the adversarial suite, the fuzz regressions and three
-# real clients against it.
+# lifecycle tests, the adversarial suite, the fuzz regressions, the user-heap
+# examples (label heaps) and three real clients against it.
 #   run.sh SOURCE_DIR BINARY_DIR
 set -u
 src=$1 dir=$2/tree
@@ -21,7 +21,7 @@ if ! cmake --build "$dir" -j 2 >"$dir.build.log" 2>&1; then
 fi
 built=$(date +%s)
 echo "debug: LOCUS_DEBUG tree built in $((built - start)) s"
-ctest --test-dir "$dir" -j 2 --output-on-failure --timeout 600 -L 'unit|stress|misuse|fuzz|lifecycle|adversarial' -E 'fuzz_run|_long'
+ctest --test-dir "$dir" -j 2 --output-on-failure --timeout 600 -L 'unit|stress|misuse|fuzz|lifecycle|adversarial|heaps' -E 'fuzz_run|_long'
 status=$?
 # Real programs under the validator: redis's first allocation comes from a
 # library constructor before locus's (a bug only the validator saw).

@@ -14,6 +14,10 @@
      (tools/bench.py's ratio_table of that run's results.json, for the
      README's columns), cell by cell, and its plot exists.
   6. README and docs/testing.md give the same time for the test suite.
+  7. docs/heaps.md: every program of tests/heaps/ (run by ctest -L heaps) is
+     shown on the page, each code block is its file's text exactly, and the
+     page names every function of locus.h's Heaps section and no locus_heap_*
+     function that locus.h lacks.
 
 Usage: docs_examples.py SOURCE_DIR LIBLOCUS LOCUS_COMMAND CC   (exit 0 pass, 1 fail)
 """
@@ -147,6 +151,33 @@ if run:
 row = next((l for l in lines if l.startswith("| `scripts/test.sh`")), "")
 t = row.rstrip(" |").rsplit("|", 1)[-1].strip()
 check(bool(t) and t in read("docs/testing.md"), "docs/testing.md gives the README's suite time '%s'" % t)
+
+# 7. docs/heaps.md's examples are the files ctest runs
+heaps = read("docs/heaps.md")
+shown = {}
+for m in re.finditer(r"^\[`(tests/heaps/[^`]+)`\]\([^)]*\):\n\n```\w*\n(.*?)^```$", heaps, re.M | re.S):
+    shown[m.group(1)] = m.group(2)
+progs = sorted("tests/heaps/" + f for f in os.listdir(os.path.join(src, "tests", "heaps"))
+               if f.endswith((".c", ".cpp")))
+check(bool(progs), "tests/heaps/ has example programs")
+for prog in progs:
+    check(prog in shown, "docs/heaps.md shows %s" % prog)
+    if prog in shown:
+        check(shown[prog] == read(prog), "docs/heaps.md's %s is the file's text%s" % (prog, "" if shown[prog] == read(prog)
+              else " (copy the file into the page's block)"))
+for extra in sorted(set(shown) - set(progs)):
+    check(False, "docs/heaps.md shows %s, which is not in tests/heaps/" % extra)
+hdr = read("include/locus.h")
+sec = hdr[hdr.index("---- Heaps"):]
+sec = sec[:sec.index("locus_heap_name")]
+api = set(re.findall(r"\b(locus_heap_\w+)\s*\(", sec)) | {"locus_heap_name"}
+named = set(re.findall(r"\b(locus_heap_\w+)\b", heaps))
+missing = sorted(api - named)
+check(not missing, "docs/heaps.md names every function of locus.h's Heaps section%s" % (
+    "" if not missing else ": missing " + ", ".join(missing)))
+unknown = sorted(n for n in named if not re.search(r"\b%s\b" % n, hdr))
+check(not unknown, "every locus_heap_* name in docs/heaps.md is in locus.h%s" % (
+    "" if not unknown else ": not there: " + ", ".join(unknown)))
 
 if failures:
     print("docs_examples: %d check(s) failed" % len(failures))
