@@ -2,12 +2,21 @@
 # Runs inside the guest: the placement checks under locus (numa profile, every
 # case must reach 100 %), under LOCUS_NUMA=bind:1, and, for comparison (not
 # required), under the C library's malloc and each peer allocator present.
-#   placement_all.sh [--locus-only] PLACEMENT_PROGRAM
-peers=1
+# With --heaps, first the placement of user heaps (tests/numa/heaps.c, linked
+# against locus: node heaps 100 % on their node, interleaved heaps even).
+#   placement_all.sh [--locus-only] [--heaps HEAPS_PROGRAM] PLACEMENT_PROGRAM
+peers=1 heaps=""
 [ "$1" = --locus-only ] && peers=0 && shift
+[ "$1" = --heaps ] && heaps=$2 && shift 2
 prog=$1
 lib=${LOCUS_LIB:-/liblocus.so}
 status=0
+if [ -n "$heaps" ]; then
+  echo "=== placement: locus user heaps (locus_heap_create with c.node, c.interleave)"
+  t0=$(cut -d' ' -f1 /proc/uptime)
+  "$heaps" || { status=1; echo "=== placement: user heaps FAILED"; }
+  echo "=== placement: user heaps took $(awk -v a="$t0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN { printf "%.1f", b - a }') s (guest clock)"
+fi
 # Next touch through userfaultfd (the guest runs as root): a warning that it
 # cannot be used fails the run; then next touch alone through page protection.
 echo "=== placement: locus (LOCUS_PROFILE=numa, LOCUS_NEXT_TOUCH=uffd)"
