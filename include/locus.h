@@ -263,6 +263,31 @@ int locus_heap_stats(locus_heap_t *h, locus_stats_t *st);
 /* The heap's name (as configured, or "heap#N"). */
 const char *locus_heap_name(const locus_heap_t *h);
 
+/* ---- Page sharing (docs/sharing.md) -------------------------------------------
+ * After S. Valat, PhD thesis, 2014, Ch.6: simulations hold many identical
+ * pages (tables duplicated in every rank, meshes of zeros).
+ *
+ * locus_merge advises the kernel's same-page merging (KSM, MADV_MERGEABLE)
+ * for the whole pages inside [p, p + len), which must lie in one block or
+ * chunk of locus; locus_unmerge withdraws it (merged pages are copied back).
+ * 0, or -1 with errno: EINVAL (no whole page inside, or not locus's memory),
+ * ENOSYS (a kernel without KSM). LOCUS_KSM=large|all advises locus's own
+ * memory by itself. The kernel merges only while /sys/kernel/mm/ksm/run is 1. */
+int locus_merge(void *p, size_t len);
+int locus_unmerge(void *p, size_t len);
+/* A zero-filled block whose pages are a memory file's (memfd), so that
+ * locus_cow_copy can share them: free, realloc (it stays shareable) and
+ * malloc_usable_size work on it. NULL with errno ENOMEM, or ENOSYS without
+ * memfd. Costs a file descriptor while it (or a copy of it) lives. */
+void *locus_malloc_shareable(size_t size);
+/* A copy of [src, src + len), which must lie inside one shareable block (or
+ * a copy), that shares src's pages until either side writes: each side then
+ * gets private pages (snapshot semantics both ways); the copy is itself
+ * shareable and is released with free(). No thread may write the source
+ * during the call. NULL with errno EINVAL (not inside a live shareable
+ * block), ENOMEM. */
+void *locus_cow_copy(const void *src, size_t len);
+
 /* Fill *st with process-wide totals. */
 void locus_stats_get(locus_stats_t *st);
 

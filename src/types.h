@@ -83,6 +83,8 @@ struct heap_s;
 #define REGION_NEXT_TOUCH 1u          /* locus_next_touch was asked on it (large blocks) */
 #define REGION_MISPLACED 2u           /* pages may have left the source's node: not cached again */
 #define REGION_HUGE 4u                /* starts on a huge-page boundary in a mapping advised for huge pages */
+#define REGION_FILE 16u               /* a shareable block: a memory file's pages (source/file.c) */
+#define REGION_MERGEABLE 32u          /* advised MADV_MERGEABLE (LOCUS_KSM) */
 #define REGION_USER 8u                /* the user's memory (a user heap's segment or source): never advised,
                                          remapped or dropped, never known zero */
 

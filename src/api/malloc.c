@@ -369,6 +369,7 @@ LOCUS_EXPORT void *locus_realloc(void *p, size_t size) {
   region_t *r = registry_lookup(p);
   size_t usable = usable_checked(p, r, "realloc");
   if (unlikely(r->heap->place == PLACE_USER)) return locus_heap_realloc_in(r->heap->user, p, r, usable, size);
+  if (unlikely(r->flags & REGION_FILE)) return locus_shareable_realloc(p, usable, size);
   switch (r->kind) {
   case REGION_SMALL:
     /* Stay while the block is at most twice what is needed. */

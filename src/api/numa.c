@@ -65,7 +65,7 @@ LOCUS_EXPORT int locus_next_touch(void *p, size_t len) {
   region_t *r = p ? registry_lookup(p) : NULL;
   /* The user's memory (a user heap's segment or source) is never moved: its
    * pages may be shared, pinned or a file's. */
-  if (!r || r->kind != REGION_LARGE || (r->flags & REGION_USER) || !len || __builtin_add_overflow(a, len, &b) ||
+  if (!r || r->kind != REGION_LARGE || (r->flags & (REGION_USER | REGION_FILE)) || !len || __builtin_add_overflow(a, len, &b) ||
       b > (uintptr_t)r + r->size) {
     errno = EINVAL;                    /* not inside one large block of locus */
     return -1;

@@ -191,6 +191,12 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
        "\"probes\":%zu,\"withdrawn\":%zu},", hr.active ? "true" : "false", hr.advising ? "true" : "false",
        (size_t)hr.huge_ns, (size_t)hr.base_ns, hr.ratio_pct, hr.huge_samples,
        hr.base_samples, hr.stops, hr.resumes, hr.probes, hr.withdrawn);
+  static const char *const ksm_opt[] = {"off", "large", "all"};
+  os_ksm_t k;
+  bool ksm = os_ksm_self(&k);
+  text(&t, "\"ksm\":{\"option\":\"%s\",\"available\":%s,\"merging_pages\":%zu,\"zero_pages\":%zu,"
+       "\"process_profit\":%zu},", ksm_opt[atomic_load(&locus_opt.ksm)], ksm ? "true" : "false",
+       (size_t)k.merging_pages, (size_t)k.zero_pages, (size_t)k.process_profit);
   text(&t, "\"next_touch_faults\":%zu,\"next_touch_moved_pages\":%zu,", next_touch_faults(),
        next_touch_moved_pages());
   text(&t, "\"heaps_live\":%zu,\"heaps_orphaned\":%zu,\"sources\":[", st.heaps_live, st.heaps_orphaned);
@@ -290,6 +296,12 @@ LOCUS_EXPORT void locus_stats_print(void) {
   if (st.bytes_decayed || st.bytes_pressure_released)
     text(&t, "  auto released     : %zu KiB by decay, %zu KiB by pressure\n", (size_t)st.bytes_decayed / KiB,
          (size_t)st.bytes_pressure_released / KiB);
+  os_ksm_t k;
+  if (os_ksm_self(&k) && (k.merging_pages || k.zero_pages || atomic_load(&locus_opt.ksm) != KSM_OPT_OFF))
+    text(&t, "  ksm               : %zu pages merged (%zu KiB), %zu zero pages, profit %zu bytes (LOCUS_KSM=%s)\n",
+         (size_t)k.merging_pages, (size_t)(k.merging_pages * f->page_size / KiB), (size_t)k.zero_pages,
+         (size_t)k.process_profit, atomic_load(&locus_opt.ksm) == KSM_OPT_LARGE ? "large"
+                                   : atomic_load(&locus_opt.ksm) == KSM_OPT_ALL ? "all" : "off");
   if (next_touch_faults())
     text(&t, "  next touch        : %zu faults, %zu pages moved\n", next_touch_faults(), next_touch_moved_pages());
   sources_report(report_source, &t);

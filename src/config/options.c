@@ -47,6 +47,7 @@ options_t locus_opt = {
 
 static const char *const profile_names[] = {"eco", "uma", "numa", "auto", NULL};
 static const char *const thp_names[] = {"auto", "on", "off", NULL};
+static const char *const ksm_names[] = {"off", "large", "all", NULL};
 static const char *const next_touch_names[] = {"auto", "uffd", "protect", NULL};
 
 const char *profile_name(profile_t p) { return profile_names[p]; }
@@ -176,6 +177,12 @@ static option_t table[] = {
     "(measured on fresh mappings, docs/adaptive.md; the decision is in LOCUS_STATS); "
     "on: always, also under eco; off: never.", RT},
    T_ENUM, 0, 0, thp_names, &locus_opt.thp, NULL},
+  {{"ksm", "LOCUS_KSM", "enum", "off", "off, large, all",
+    "Same-page merging (KSM, docs/sharing.md): large: advise large blocks MADV_MERGEABLE (once per "
+    "mapping: the advice stays with a block recycled or grown); all: heap chunks too; off: only what "
+    "the program advises with locus_merge. The kernel merges only while KSM runs "
+    "(/sys/kernel/mm/ksm/run); locus info shows its state.", START},
+   T_ENUM, 0, 0, ksm_names, &locus_opt.ksm, NULL},
   {{"next_touch", "LOCUS_NEXT_TOUCH", "enum", "auto", "auto, uffd, protect",
     "How locus_next_touch traps the next access (docs/numa.md). uffd: userfaultfd, so that system calls "
     "into a pending range wait for the migration instead of failing with EFAULT (needs /dev/userfaultfd "

@@ -307,6 +307,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
                                 SRC_CHUNK | (kind == REGION_SMALL ? SRC_EXACT | SRC_ALIGNED : SRC_EXACT));
     if (!c) return NULL;
     c->r.node = (uint8_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
+    source_advise_merge(&c->r, true);
   }
   c->r.kind = (uint8_t)kind;
   c->r.heap = h;

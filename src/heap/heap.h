@@ -721,6 +721,15 @@ large_t *large_check(region_t *r, const void *p, const char *fn);
 void *large_resize_in_place(large_t *l, void *p, size_t size);
 /* The region bytes large_alloc(h, size, align) asks its source for (no huge-page rounding). */
 size_t large_region_bytes(const heap_t *h, size_t size, size_t align);
-static inline size_t large_usable(const large_t *l) { return l->r.size - l->user_off; }
+static inline size_t large_usable(const large_t *l) {
+  if (unlikely(l->r.flags & REGION_FILE))   /* up to the file's last page; the rest is reserved only */
+    return PAGE_SIZE + file_info((region_t *)&l->r)->flen - l->user_off;
+  return l->r.size - l->user_off;
+}
+/* Shareable blocks (source/file.c): a new one of `size` bytes, zero; a
+ * copy-on-write copy of [src, src + len) inside `from`, a shareable block.
+ * The payload pointer, or NULL with errno. */
+void *large_file_alloc(heap_t *h, size_t size);
+void *large_file_copy(heap_t *h, large_t *from, const void *src, size_t len);
 
 #endif /* LOCUS_HEAP_H */

@@ -111,6 +111,7 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   char *base = (char *)r;
   total = r->size;
   bool zeroed = r->zeroed;
+  source_advise_merge(r, false);
   if (slack) off = align_up((uintptr_t)base + room, align) - (uintptr_t)base;
   large_t *l = (large_t *)base;
   l->r.kind = REGION_LARGE;
@@ -150,8 +151,50 @@ large_t *large_check(region_t *r, const void *p, const char *fn) {
   return l;
 }
 
+/* A file region becomes a large block of h: header, registry, statistics. */
+static void *file_block(heap_t *h, region_t *r, size_t off, size_t size) {
+  large_t *l = (large_t *)r;
+  l->r.kind = REGION_LARGE;
+  l->r.heap = h;
+  l->user_off = off;
+  l->user_size = size;
+  l->magic = LARGE_LIVE;
+  if (!registry_add(&l->r)) {
+    file_region_free(&l->r);
+    errno = ENOMEM;
+    return NULL;
+  }
+  atomic_fetch_add_explicit(&h->st_large_bytes, l->r.size, memory_order_relaxed);
+  heap_stat_add_shared(&h->st_large_allocs, 1);
+  char *p = (char *)l + off;
+  if (unlikely(locus_trace_on)) trace_alloc(p, size);
+  return p;
+}
+
+void *large_file_alloc(heap_t *h, size_t size) {
+  if (size > PTRDIFF_MAX / 2) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  region_t *r = file_region_new(size);
+  return r ? file_block(h, r, PAGE_SIZE, size) : NULL;
+}
+
+void *large_file_copy(heap_t *h, large_t *from, const void *src, size_t len) {
+  size_t inpage;
+  region_t *r = file_region_copy(&from->r, (uintptr_t)src, len, &inpage);
+  return r ? file_block(h, r, PAGE_SIZE + inpage, len) : NULL;
+}
+
 void large_free(large_t *l) {
   if (unlikely(locus_trace_on)) trace_free((char *)l + l->user_off);
+  if (unlikely(l->r.flags & REGION_FILE)) {     /* a shareable block: not the sources' memory */
+    l->magic = 0;
+    atomic_fetch_sub_explicit(&l->r.heap->st_large_bytes, l->r.size, memory_order_relaxed);
+    registry_remove(&l->r);
+    file_region_free(&l->r);
+    return;
+  }
   if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);
   if (l->r.heap->place == PLACE_USER) uheap_large_unlink(l);
   l->magic = 0;

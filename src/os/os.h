@@ -31,6 +31,21 @@ bool os_free_lazily(void *p, size_t size);  /* MADV_FREE, or MADV_DONTNEED witho
  * (page tables, no copy) to a start that is a multiple of `align`, so that
  * huge pages move whole instead of being split. NULL when neither works. */
 void *os_remap_aligned(void *p, size_t old_size, size_t new_size, size_t align);
+/* ---- page sharing (share.c) ---------------------------------------------- */
+/* MADV_MERGEABLE / MADV_UNMERGEABLE over [p, p+size): 0, or an errno
+ * (ENOSYS when the kernel has no KSM). */
+int os_merge(void *p, size_t size, bool on);
+bool os_ksm_present(void);
+typedef struct { uint64_t merging_pages, zero_pages, rmap_items, process_profit; } os_ksm_t;
+/* This process's KSM figures (/proc/self/ksm_stat); false when the kernel has none. */
+bool os_ksm_self(os_ksm_t *k);
+/* A memory file of `size` bytes (memfd_create, close-on-exec): its descriptor, or -errno. */
+int os_memfd(size_t size);
+void os_memfd_close(int fd);
+/* Maps [off, off+size) of the file at `at` (MAP_FIXED; NULL: anywhere), shared or private. */
+void *os_map_file(void *at, size_t size, int fd, size_t off, bool shared);
+/* Fresh private anonymous pages at `at` (MAP_FIXED). */
+void *os_map_fixed(void *at, size_t size);
 /* ---- clearing recycled memory for calloc (zero.c) ------------------------ */
 /* Clears [p, p+size) (page-aligned bounds): exactly the pages that hold data,
  * present or swapped out (mincore, then /proc/self/pagemap where the system

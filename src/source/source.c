@@ -199,11 +199,12 @@ static uint32_t new_map_id(void) {
   return atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) + 1;
 }
 
-static region_t *region_init(source_t *s, void *base, size_t size, bool zeroed, uint32_t map, bool huge) {
+static region_t *region_init(source_t *s, void *base, size_t size, bool zeroed, uint32_t map, bool huge, bool merge) {
   region_t *r = base;
   /* Huge only while it starts on a huge-page boundary (mremap may move it off one). */
   huge = huge && !((uintptr_t)base & (os_features.huge_page_size - 1));
-  *r = (region_t){.size = size, .zeroed = zeroed, .flags = huge ? REGION_HUGE : 0, .map = map, .source = s};
+  *r = (region_t){.size = size, .zeroed = zeroed, .flags = (huge ? REGION_HUGE : 0) | (merge ? REGION_MERGEABLE : 0),
+                  .map = map, .source = s};
   LOCUS_ASSERT(!(r->flags & REGION_HUGE) || os_features.huge_page_size);
   accounting_out(s, size);
   huge_count(r, true);
@@ -255,7 +256,7 @@ static region_t *take_aligned(source_t *s, size_t size, uint64_t now) {
   if (head && !keep_head) os_unmap(g.base, head);   /* too short for any region */
   if (tail && !keep_tail) os_unmap(a + size, tail);
   stat_add(&locus_stats.hits, 1);
-  return region_init(s, a, size, false, g.map, g.huge);
+  return region_init(s, a, size, false, g.map, g.huge, g.merge);
 }
 
 /* Auto profile: the controller's clock, 0 otherwise (no clock read). */
@@ -310,7 +311,7 @@ static region_t *source_take(source_t *s, size_t size, unsigned flags) {
         stat_sub(&locus_stats.cached, rest >= SLICE_SIZE ? size : g.size);
         if (rest && rest < SLICE_SIZE) os_unmap((char *)g.base + size, rest);  /* too short for any region */
         stat_add(&locus_stats.hits, 1);
-        return region_init(s, g.base, size, false, g.map, g.huge);
+        return region_init(s, g.base, size, false, g.map, g.huge, g.merge);
       }
       seg_remove(s, (size_t)i);
       /* Grown with mremap: the new tail faults as a miss would, and a longer
@@ -324,7 +325,8 @@ static region_t *source_take(source_t *s, size_t size, unsigned flags) {
         stat_add(&locus_stats.hits, 1);
         bool huge = g.huge && source_grown_huge(p, g.size, size);
         /* withdrawn advice splits the kernel's mapping: a mapping of its own */
-        return region_init(s, p, size, false, p == g.base && huge == g.huge ? g.map : new_map_id(), huge);
+        return region_init(s, p, size, false, p == g.base && huge == g.huge ? g.map : new_map_id(), huge,
+                           g.merge);      /* the kernel's mapping keeps its advice when it grows or moves */
       }
       os_unmap(g.base, g.size);           /* cannot grow: give it back and map anew */
     } else {
@@ -357,7 +359,7 @@ static region_t *source_take(source_t *s, size_t size, unsigned flags) {
     p = source_map(s, size, &huge, aligned, &zeroed);
   }
   if (!p) return NULL;
-  return region_init(s, p, size, zeroed, new_map_id(), huge);
+  return region_init(s, p, size, zeroed, new_map_id(), huge, false);
 }
 
 /* Caller holds the lock. Evicts the oldest segments until `need` more bytes fit;
@@ -391,6 +393,7 @@ void source_free(region_t *r) {
   size_t size = r->size;
   uint32_t map = r->map;
   bool huge = r->flags & REGION_HUGE;
+  bool merge = r->flags & REGION_MERGEABLE;
   bool chunk = r->kind == REGION_SMALL || r->kind == REGION_MEDIUM;
   huge_count(r, false);
   stat_sub(&locus_stats.in_use, size);
@@ -424,11 +427,13 @@ void source_free(region_t *r) {
     if (g->map == map && (char *)g->base + g->size == lo) lo = g->base;
     else if (g->map == map && (char *)g->base == hi) hi = hi + g->size;
     else { i++; continue; }
+    merge = merge && g->merge;          /* advised only if every piece was */
     s->cached -= g->size;
     s->seg[i] = s->seg[--s->nseg];
   }
   s->seg[s->nseg++] = (seg_t){.base = lo, .size = (size_t)(hi - lo), .stamp = ++s->clock, .ns = now, .map = map,
-                              .huge = huge && !((uintptr_t)lo & (os_features.huge_page_size - 1)), .chunk = chunk};
+                              .huge = huge && !((uintptr_t)lo & (os_features.huge_page_size - 1)), .chunk = chunk,
+                              .merge = merge};
   s->cached += (size_t)(hi - lo);      /* the merged neighbours were subtracted above */
   LOCUS_DEBUG_ONLY(source_check_locked(s));
   lock_release(&s->lock);
@@ -447,6 +452,14 @@ bool sources_overlap(uintptr_t base, size_t size) {
     if (hit) return true;
   }
   return false;
+}
+
+void source_advise_merge(region_t *r, bool chunk) {
+  ksm_opt_t k = atomic_load_explicit(&locus_opt.ksm, memory_order_relaxed);
+  if (likely(k == KSM_OPT_OFF) || (chunk && k != KSM_OPT_ALL) ||
+      (r->flags & (REGION_MERGEABLE | REGION_USER | REGION_FILE)))
+    return;
+  if (os_merge(r, r->size, true) == 0) r->flags |= REGION_MERGEABLE;
 }
 
 void source_free_to_os(region_t *r) {

@@ -16,6 +16,7 @@ typedef struct seg_s {
   uint32_t map;                /* kernel mapping it lies in */
   bool huge;                   /* its mapping is advised for huge pages (REGION_HUGE) */
   bool chunk;                  /* freed as a heap chunk (auto profile: its kind, adapt.h) */
+  bool merge;                  /* advised MADV_MERGEABLE (LOCUS_KSM: REGION_MERGEABLE) */
 } seg_t;
 
 #define SOURCE_SLOTS 128
@@ -119,6 +120,9 @@ void usrc_destroy(source_t *s);
 region_t *usrc_alloc(source_t *s, size_t size, unsigned flags);
 void usrc_free(region_t *r);
 bool usrc_extend(region_t *r, size_t new_size);
+/* LOCUS_KSM: advises r's pages for same-page merging when the option asks
+ * for its kind and it is not yet (REGION_MERGEABLE, kept while cached). */
+void source_advise_merge(region_t *r, bool chunk);
 /* A region of a system source straight back to the OS (a destroyed user
  * heap's memory: RSS drops at once, whatever the profile keeps). */
 void source_free_to_os(region_t *r);
@@ -126,5 +130,27 @@ void source_free_to_os(region_t *r);
 bool sources_overlap(uintptr_t base, size_t size);
 /* Whether it overlaps the memory of a live user source other than `except`. */
 bool usrc_any_overlaps(uintptr_t base, size_t size, const source_t *except);
+
+/* ---- memory-file-backed regions (source/file.c) ---------------------------
+ * A shareable block's region: [anonymous header page][the file's pages]
+ * [PROT_NONE to a slice]; REGION_FILE, no source. Its file_info_t sits at
+ * FILE_INFO_OFF in the header page, after region_t and the block header. */
+struct mfile_s;
+typedef struct {
+  struct mfile_s *file;
+  size_t foff;                 /* offset in the file of the region's first file page */
+  size_t flen;                 /* bytes of the file mapped after the header page */
+} file_info_t;
+#define FILE_INFO_OFF 64
+file_info_t *file_info(region_t *r);
+/* A region over a new memory file of len bytes (rounded to pages), zero,
+ * mapped shared; NULL with errno (ENOSYS: no memfd). */
+region_t *file_region_new(size_t len);
+/* A region whose file pages are a private view of [src, src + len) of
+ * `from` (a REGION_FILE region): from's file is frozen first; *inpage is
+ * src's offset in its page. NULL with errno. */
+region_t *file_region_copy(region_t *from, uintptr_t src, size_t len, size_t *inpage);
+/* Unmaps the region; the file closes with its last region. */
+void file_region_free(region_t *r);
 
 #endif /* LOCUS_SOURCE_H */

@@ -1,0 +1,192 @@
+/* Memory-file-backed regions: the shareable blocks of locus_malloc_shareable
+ * and the copy-on-write copies of locus_cow_copy (S. Valat, PhD thesis, 2014,
+ * Ch.6: `mcow`, an explicit copy-on-write copy of a segment, on a stock
+ * kernel: two private mappings of one memory file share its pages until
+ * either side writes).
+ *
+ * A region is [header page: anonymous][file pages][PROT_NONE up to a slice]:
+ * the header (region_t, then the block's large_t, then file_info_t at
+ * FILE_INFO_OFF) never lies in the file, so a copy's header is its own. A
+ * file (memfd) has one record (mfile_t): its descriptor, kept for later
+ * copies, and a count of the regions that map it; the last region's free
+ * closes it.
+ *
+ * Modes. A new shareable block maps its file MAP_SHARED: its writes go to
+ * the file, at the cost of a plain page fault. The first copy *freezes* the
+ * file: the source is mapped again MAP_PRIVATE over the same pages (same
+ * contents, no copy), the copy MAP_PRIVATE too, and from then on nothing
+ * writes the file; a write to either side faults a private page (the
+ * copy-on-write cost). A copy of a private view maps the frozen file and
+ * writes into it, from the source, only the pages the source changed since
+ * (those /proc/self/pagemap shows as anonymous, present or swapped; every
+ * page when pagemap cannot be read).
+ *
+ * Invariants: a file is written only through the one MAP_SHARED view it may
+ * have (then `shared_at` names it), never after its first copy; a file's
+ * refs counts the regions mapping it. fork(): a MAP_SHARED view would be
+ * shared with the child, so the prepare handler freezes every file still in
+ * shared mode (file_lock's fork hook): parent and child then hold private
+ * views, as fork promises for memory of malloc. */
+#include <errno.h>
+#include <string.h>
+
+#include "source/source.h"
+#include "os/os.h"
+
+typedef struct mfile_s {
+  int fd;
+  int refs;                     /* regions mapping it (under file_lock) */
+  void *shared_at;              /* its MAP_SHARED view (a region's file pages), or NULL: frozen */
+  size_t shared_len;
+  struct mfile_s *next, *prev;  /* live files */
+} mfile_t;
+
+static void files_freeze_all(void);
+LOCK_STATIC_FORK(file_lock, LOCK_RANK_USER_SOURCE + 1, "memory files (shareable blocks)", files_freeze_all, NULL)
+static mfile_t *files, *free_recs;
+static char *rec_next, *rec_end;
+
+static mfile_t *rec_get(void) {
+  mfile_t *f = free_recs;
+  if (f) {
+    free_recs = f->next;
+    return f;
+  }
+  if ((size_t)(rec_end - rec_next) < sizeof *f) {
+    char *p = os_map(PAGE_SIZE);
+    if (!p) return NULL;
+    rec_next = p;
+    rec_end = p + PAGE_SIZE;
+  }
+  f = (mfile_t *)rec_next;
+  rec_next += sizeof *f;
+  return f;
+}
+
+file_info_t *file_info(region_t *r) { return (file_info_t *)((char *)r + FILE_INFO_OFF); }
+
+/* The view of f stops being shared: the same pages, mapped private (file_lock held). */
+static bool freeze(mfile_t *f) {
+  if (!f->shared_at) return true;
+  if (!os_map_file(f->shared_at, f->shared_len, f->fd, 0, false)) return false;
+  f->shared_at = NULL;
+  return true;
+}
+
+static void files_freeze_all(void) {
+  for (mfile_t *f = files; f; f = f->next) freeze(f);
+}
+
+static size_t region_span(size_t file_bytes) {
+  size_t n = PAGE_SIZE + file_bytes;
+  return n < SLICE_SIZE ? SLICE_SIZE : n;
+}
+
+/* Reserves a region and maps its header page; NULL (errno) on failure. */
+static region_t *region_reserve(size_t file_bytes) {
+  size_t span = region_span(file_bytes);
+  char *base = os_reserve(span);
+  if (!base) return NULL;
+  if (!os_map_fixed(base, PAGE_SIZE)) {
+    int e = errno;
+    os_unmap(base, span);
+    errno = e;
+    return NULL;
+  }
+  region_t *r = (region_t *)base;
+  *r = (region_t){.size = span, .zeroed = 1, .node = NODE_NONE, .flags = REGION_FILE};
+  return r;
+}
+
+region_t *file_region_new(size_t len) {
+  size_t flen = align_up(len ? len : 1, PAGE_SIZE);
+  int fd = os_memfd(flen);
+  if (fd < 0) {
+    errno = -fd;
+    return NULL;
+  }
+  region_t *r = region_reserve(flen);
+  char *pages = r ? os_map_file((char *)r + PAGE_SIZE, flen, fd, 0, true) : NULL;
+  lock_acquire(&file_lock);
+  mfile_t *f = pages ? rec_get() : NULL;
+  if (f) {
+    *f = (mfile_t){.fd = fd, .refs = 1, .shared_at = pages, .shared_len = flen, .next = files};
+    if (files) files->prev = f;
+    files = f;
+  }
+  lock_release(&file_lock);
+  if (!f) {
+    if (r) os_unmap(r, r->size);
+    os_memfd_close(fd);
+    errno = ENOMEM;
+    return NULL;
+  }
+  *file_info(r) = (file_info_t){.file = f, .foff = 0, .flen = flen};
+  return r;
+}
+
+/* The pages of [p, p + n pages) that the private view changed (anonymous:
+ * present or swapped, not the file's page), into dst; all of them when
+ * pagemap cannot tell. */
+static void copy_changed(char *dst, const char *src, size_t n) {
+  uint64_t e[512];
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < 512 ? n - done : 512;
+    long got = os_pagemap_read(((uintptr_t)src + done * PAGE_SIZE) / PAGE_SIZE, k, e);
+    for (size_t i = 0; i < k; i++) {
+      bool known = got > 0 && (long)i < got;
+      bool changed = !known || ((e[i] >> 63 & 1) && !(e[i] >> 61 & 1)) || (e[i] >> 62 & 1);
+      if (changed) memcpy(dst + (done + i) * PAGE_SIZE, src + (done + i) * PAGE_SIZE, PAGE_SIZE);
+    }
+    done += k;
+  }
+}
+
+region_t *file_region_copy(region_t *from, uintptr_t src, size_t len, size_t *inpage) {
+  file_info_t *fi = file_info(from);
+  uintptr_t pages = (uintptr_t)from + PAGE_SIZE;
+  size_t so = fi->foff + (src - pages);           /* src's offset in the file */
+  size_t po = so & ~(size_t)(PAGE_SIZE - 1);
+  *inpage = so - po;
+  size_t span = align_up(*inpage + len, PAGE_SIZE);
+  lock_acquire(&file_lock);
+  mfile_t *f = fi->file;
+  bool ok = freeze(f);                             /* the source's writes stop reaching the file */
+  if (ok) f->refs++;
+  lock_release(&file_lock);
+  if (!ok) return NULL;
+  region_t *r = region_reserve(span);
+  char *view = r ? os_map_file((char *)r + PAGE_SIZE, span, f->fd, po, false) : NULL;
+  if (!view) {
+    if (r) os_unmap(r, r->size);
+    lock_acquire(&file_lock);
+    f->refs--;                                     /* the source still maps it */
+    lock_release(&file_lock);
+    errno = ENOMEM;
+    return NULL;
+  }
+  r->zeroed = 0;
+  *file_info(r) = (file_info_t){.file = f, .foff = po, .flen = span};
+  /* What the source wrote since the file froze is in its private pages only. */
+  copy_changed(view, (const char *)(pages + (po - fi->foff)), span / PAGE_SIZE);
+  return r;
+}
+
+void file_region_free(region_t *r) {
+  mfile_t *f = file_info(r)->file;
+  void *pages = (char *)r + PAGE_SIZE;
+  lock_acquire(&file_lock);
+  if (f->shared_at == pages) f->shared_at = NULL;  /* its shared view goes: nothing writes the file */
+  bool last = --f->refs == 0;
+  if (last) {
+    if (f->prev) f->prev->next = f->next;
+    else files = f->next;
+    if (f->next) f->next->prev = f->prev;
+    f->next = free_recs;
+    free_recs = f;
+  }
+  int fd = f->fd;
+  lock_release(&file_lock);
+  os_unmap(r, r->size);
+  if (last) os_memfd_close(fd);
+}
