@@ -25,6 +25,8 @@ static void *heap_alloc_checked(locus_heap_t *h, size_t size, size_t align, bool
 }
 
 LOCUS_EXPORT void *locus_heap_malloc(locus_heap_t *h, size_t size) {
+  uheap_check(h, "locus_heap_malloc");
+  if (likely(size <= SMALL_MAX)) return uheap_malloc_small(h, size);
   return heap_alloc_checked(h, size, ALIGN_MIN, false, "locus_heap_malloc");
 }
 
@@ -48,32 +50,31 @@ LOCUS_EXPORT void *locus_heap_aligned_alloc(locus_heap_t *h, size_t align, size_
   return heap_alloc_checked(h, size, align < ALIGN_MIN ? ALIGN_MIN : align, false, "locus_heap_aligned_alloc");
 }
 
-/* In place where the block's kind allows (the allocation lock makes the
- * caller the heap's owner: a medium block may grow into its free right
- * neighbour; a large one over the free memory behind it), else moved within
- * its heap; an arena's old block stays until the reset (it cannot be freed). */
+/* In place where the block's kind allows (a medium block grows into its free
+ * right neighbour, by its sub-heap's thread only; a large one over the free
+ * memory behind it), else moved within its heap; an arena's old block stays
+ * until the reset (it cannot be freed). */
 void *locus_heap_realloc_in(locus_heap_t *u, void *p, region_t *r, size_t usable, size_t size) {
   uheap_check(u, "realloc");
   if (size > MAX_REQUEST) {
     errno = ENOMEM;
     return NULL;
   }
-  heap_t *h = uheap_heap(u);
+  heap_t *sub = r->heap;
   void *q = NULL;
-  uheap_lock(u);
   switch (r->kind) {
   case REGION_SMALL:
     if (size <= usable && size >= usable / 2) q = p;
     break;
   case REGION_MEDIUM:
-    if (size > SMALL_MAX && size <= locus_opt.large_threshold && medium_resize_in_place(h, (chunk_t *)r, p, size))
+    if (size > SMALL_MAX && size <= locus_opt.large_threshold && uheap_owns(sub) &&
+        medium_resize_in_place(sub, (chunk_t *)r, p, size))
       q = p;
     break;
-  case REGION_LARGE:                   /* never moved by mremap: its header is on the heap's list */
+  case REGION_LARGE:                   /* never moved by mremap: its header is on its heap's list */
     if (size > locus_opt.large_threshold) q = large_resize_in_place((large_t *)r, p, size);
     break;
   }
-  uheap_unlock(u);
   if (q) return q;
   q = uheap_alloc(u, size, ALIGN_MIN, false);
   if (!q) return NULL;

@@ -229,6 +229,7 @@ static NOINLINE void free_small_other(heap_t *h, run_t *run, size_t idx, void *p
       free_small_bad(c, p, fn);
       return;
     }
+    if (unlikely(owner->place == PLACE_USER)) uheap_free_check(owner, p, fn);
     small_free_local(owner, c, run, p, block_tag(p));
     return;
   }

@@ -95,7 +95,7 @@ typedef struct { size_t large_live, chunks, resident; } memory_t;
 static void sum_heap(void *ctx, const heap_t *h) {
   memory_t *m = ctx;
   /* The user's memory is not locus's; a destroyed user heap has no source (under heaps_lock). */
-  if (h->place == PLACE_USER && (!h->source || h->source->user || h->state == HEAP_DEAD)) return;
+  if (h->place == PLACE_USER && (!h->source || h->source->user)) return;
   m->large_live += HLD(h, st_large_bytes);
   m->chunks += HLD(h, st_chunk_bytes);
 }
@@ -121,8 +121,8 @@ static void memory_get(memory_t *m) {
  * segment or a source of the user's, how much of that memory is free. */
 static void json_uheap(void *ctx, uheap_t *u) {
   heap_ctx_t *c = ctx;
-  size_t held, total, free_bytes, allocs;
-  uheap_figures(u, &held, &total, &free_bytes, &allocs);
+  size_t held, total, free_bytes, threads, allocs;
+  uheap_figures(u, &held, &total, &free_bytes, &threads, &allocs);
   text(c->t, "%s{\"name\":\"", c->n++ ? "," : "");
   for (const char *q = uheap_name(u); *q; q++) {   /* a JSON string: quotes, backslashes, controls escaped */
     unsigned char ch = (unsigned char)*q;
@@ -130,7 +130,8 @@ static void json_uheap(void *ctx, uheap_t *u) {
     else text(c->t, "%c", ch);
   }
   text(c->t, "\",\"arena\":%s,\"held_bytes\":%zu,\"user_memory_bytes\":%zu,\"user_memory_free\":%zu,"
-       "\"allocations\":%zu}", uheap_is_arena(u) ? "true" : "false", held, total, free_bytes, allocs);
+       "\"threads\":%zu,\"allocations\":%zu}", uheap_is_arena(u) ? "true" : "false", held, total, free_bytes,
+       threads, allocs);
 }
 
 static void report_uheap(void *ctx, uheap_t *u) {
@@ -139,14 +140,14 @@ static void report_uheap(void *ctx, uheap_t *u) {
     if (c->n == 17) text(c->t, "  (more user heaps not shown)\n");
     return;
   }
-  size_t held, total, free_bytes, allocs;
-  uheap_figures(u, &held, &total, &free_bytes, &allocs);
+  size_t held, total, free_bytes, threads, allocs;
+  uheap_figures(u, &held, &total, &free_bytes, &threads, &allocs);
   char name[48];                       /* control characters shown as '?' */
   snprintf(name, sizeof name, "%s", uheap_name(u));
   for (char *q = name; *q; q++)
     if ((unsigned char)*q < 0x20 || *q == 0x7f) *q = '?';
-  text(c->t, "  user heap %s : holds %zu KiB%s, %zu allocations", name, held / KiB,
-       uheap_is_arena(u) ? " (arena)" : "", allocs);
+  text(c->t, "  user heap %s : holds %zu KiB%s, %zu allocations, %zu thread(s)", name, held / KiB,
+       uheap_is_arena(u) ? " (arena)" : "", allocs, threads);
   if (total) text(c->t, "; its segment and source: %zu KiB, %zu KiB free", total / KiB, free_bytes / KiB);
   text(c->t, "\n");
 }

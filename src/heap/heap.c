@@ -83,25 +83,23 @@ heap_t *heap_new_detached(void) {
   return h;
 }
 
-void heap_record_clear(heap_t *h) {
+void heap_record_clear_kept(heap_t *h) {
   lock_acquire(&heaps_lock);           /* reports read the record under it */
-  heap_t *next = h->next_all;
+  heap_t *next = h->next_all, *next_usub = h->next_usub;
   memset(h, 0, sizeof *h);
   lock_init(&h->lock, LOCK_RANK_HEAP);
   heap_reset_classes(h);
+  small_cache_init(h);
   h->main = h;
   h->place = PLACE_MAIN;
   h->cache_node = CACHE_NODE_NONE;
   h->next_all = next;
+  h->next_usub = next_usub;
   lock_release(&heaps_lock);
 }
 
-void heap_record_retire(heap_t *h) {
-  lock_acquire(&heaps_lock);           /* reports follow h->source under it */
-  heap_set_state(h, HEAP_DEAD);
-  h->source = NULL;
-  lock_release(&heaps_lock);
-}
+void heaps_lock_all(void) { lock_acquire(&heaps_lock); }
+void heaps_unlock_all(void) { lock_release(&heaps_lock); }
 
 void heap_record_restart(heap_t *h, bool keep_chunks) {
   heap_reset_classes(h);
@@ -111,6 +109,8 @@ void heap_record_restart(heap_t *h, bool keep_chunks) {
   atomic_store_explicit(&h->notify, NULL, memory_order_relaxed);
   atomic_store_explicit(&h->recheck, 0, memory_order_relaxed);
   h->pop = HEAP_IDLE;
+  small_cache_init(h);                 /* the thread cache empty (its blocks were the heap's) */
+  h->cache_foreign = false;
   if (!keep_chunks) {
     h->small_chunks = h->medium_chunks = NULL;
     atomic_store_explicit(&h->st_chunk_bytes, 0, memory_order_relaxed);
@@ -124,6 +124,7 @@ static void heap_bind_thread(heap_t *h, int node) {
   heap_set_state(h, HEAP_LIVE);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
     if (h->placed[i]) h->placed[i]->tid = h->tid, heap_set_state(h->placed[i], HEAP_LIVE);
+  for (heap_t *s = h->usubs; s; s = s->next_usub) s->tid = h->tid, heap_set_state(s, HEAP_LIVE);
 }
 
 static void heap_abandon(void *arg);
@@ -164,6 +165,12 @@ heap_t *heap_get_slow(void) {
     heap_lock(all[i]);
     small_unpark(all[i]);
     heap_unlock(all[i]);
+  }
+  for (heap_t *s = h->usubs; s; s = s->next_usub) {   /* user sub-heaps come with it */
+    heap_drain_remote(s);
+    heap_lock(s);
+    small_unpark(s);
+    heap_unlock(s);
   }
   return h;
 }
@@ -285,6 +292,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   if (unlikely(h->place == PLACE_USER)) {
     /* A user segment may be shorter than a medium chunk: the largest free
      * extent then (a slice at least), and blocks up to its size. */
+    if (!h->source) return NULL;       /* its user heap was destroyed */
     if (kind == REGION_MEDIUM && h->source->user) {
       size_t most = usrc_largest(h->source) & ~(size_t)(PAGE_SIZE - 1);
       if (most < size) size = most;
@@ -387,11 +395,13 @@ static void heap_abandon(void *arg) {
   h->tid = 0;
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
     if (h->placed[i]) heap_set_state(h->placed[i], HEAP_ORPHAN), h->placed[i]->tid = 0;
+  for (heap_t *s = h->usubs; s; s = s->next_usub) heap_set_state(s, HEAP_ORPHAN), s->tid = 0;
   /* Parked under the lock, as a collector of orphans would: the heap is
    * nobody's now. (A later destructor of this thread gets another heap.) */
   heap_collect(h);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
     if (h->placed[i]) heap_collect(h->placed[i]);
+  for (heap_t *s = h->usubs; s; s = s->next_usub) heap_collect(s);
   h->next_orphan = orphans;
   __atomic_store_n(&orphans, h, __ATOMIC_RELAXED);   /* peeked without the lock */
   lock_release(&heaps_lock);
@@ -425,6 +435,7 @@ void heaps_collect_orphans(bool wait) {
     orphan_collect(h, wait);
     for (int i = 0; i <= PLACE_INTERLEAVE; i++)
       if (h->placed[i]) orphan_collect(h->placed[i], wait);
+    for (heap_t *s = h->usubs; s; s = s->next_usub) orphan_collect(s, wait);
   }
   lock_release(&heaps_lock);
 }
@@ -467,12 +478,11 @@ static void heaps_fork_child(void) {
   small_fork_child_queue();
   waitq_reset(&init_wq);
   /* The thread's main heap (locus_tls_heap is its capture trampoline while
-   * it has captured a user heap). User heaps stay live: their allocation
-   * lock, taken by the prepare handler, says no thread was inside one. */
+   * it has captured a user heap); its placed and user sub-heaps stay live. */
   heap_t *self = heap_thread_main();
   uheap_fork_child(locus_tls_heap);
   for (heap_t *h = all_heaps; h; h = h->next_all)
-    if (h->main != self && h->place != PLACE_USER && h->state == HEAP_LIVE) heap_set_state(h, HEAP_DEAD);
+    if (h->main != self && h->state == HEAP_LIVE) heap_set_state(h, HEAP_DEAD);
   if (self) self->tid = os_gettid();
 }
 

@@ -208,10 +208,14 @@ typedef struct heap_s {
   mbin_t mbins[MEDIUM_BINS];
   struct heap_s *placed[TOPO_MAX_NODES + 1];   /* main heap: its sub-heaps by place, made on demand */
   struct heap_s *next_all;     /* all heaps ever made */
-  struct locus_heap *user;        /* PLACE_USER: its user heap; PLACE_CAPTURE: the heap captured */
+  struct locus_heap *user;        /* PLACE_USER: its user heap (NULL once destroyed); PLACE_CAPTURE: the heap captured */
   struct heap_s *capture;      /* main heap: its thread's capture trampoline, made on first use */
+  struct heap_s *usubs;        /* main heap: its user sub-heaps (heap/user.c), linked by next_usub */
+  struct heap_s *next_usub;
+  struct heap_s *next_in_user; /* PLACE_USER: the next sub-heap of the same user heap */
+  uint64_t uallocs;            /* PLACE_USER: blocks handed out (its thread writes, reports read) */
   struct large_s *large_list;  /* PLACE_USER: its live large blocks (under `lock`) */
-  size_t limit;                /* PLACE_USER: bytes of chunks and large blocks it may hold, 0: any */
+  size_t limit;                /* PLACE_USER: its user heap's limit (0: none) */
   struct heap_s *next_orphan;
   long tid;
   int node;
@@ -319,10 +323,11 @@ static inline heap_t *heap_thread_main(void) {
   heap_t *h = locus_tls_heap;
   return h ? h->main : NULL;
 }
-/* Whether h may take `bytes` more of memory (a user heap's limit). */
+/* Whether a user sub-heap may take `bytes` more of memory (its user heap's
+ * limit, over all its sub-heaps), noting the heap's peak (heap/user.c). */
+bool uheap_room(const heap_t *sub, size_t bytes);
 static inline bool heap_room(const heap_t *h, size_t bytes) {
-  return !h->limit || atomic_load_explicit(&h->st_chunk_bytes, memory_order_relaxed) +
-                              atomic_load_explicit(&h->st_large_bytes, memory_order_relaxed) + bytes <= h->limit;
+  return h->place != PLACE_USER || uheap_room(h, bytes);
 }
 void heap_collect(heap_t *h);
 /* Collects orphaned heaps that other threads freed into (any thread may
@@ -334,10 +339,12 @@ size_t heap_chunk_bytes(region_kind_t kind);
 /* A heap record on the all-heaps list, for a user heap or a capture
  * trampoline (heap/user.c); NULL when the OS refused memory. */
 heap_t *heap_new_detached(void);
-/* A dead user heap's record made new: every field zero, the lists empty. */
-void heap_record_clear(heap_t *h);
-/* A destroyed user heap's record: dead, without a source (reports skip it). */
-void heap_record_retire(heap_t *h);
+/* A dead user sub-heap's record made new by its thread: every field zero
+ * but its links (the record list, its thread's list of sub-heaps). */
+void heap_record_clear_kept(heap_t *h);
+/* The heap list's lock, for a user heap's drop (heap/user.c). */
+void heaps_lock_all(void);
+void heaps_unlock_all(void);
 /* A user heap dropped every block: its run lists, stacks and (unless
  * keep_chunks) its chunk lists start over; the thread cache stays off. */
 void heap_record_restart(heap_t *h, bool keep_chunks);

@@ -4,32 +4,37 @@
  * (drop every block at once), jemalloc's extent hooks and the Unified
  * Memory Framework's pools over memory providers.
  *
- * A user heap is one heap record (heap_t, PLACE_USER) with the same runs,
- * medium chunks and large blocks as a thread's heap, drawing on its own
- * memory source: a user source over the segment and the user's map
- * (source/user.c), or locus's source of a node, the interleaved one or the
- * generic one. Any thread allocates from it under the heap's allocation
- * lock (`lock`), and acts as the record's owner meanwhile (its lock-free pop
- * included: the lock orders the owners). No thread has the record as its
- * heap, so every free of its blocks, from any thread, takes the remote path
- * (one CAS on the run, or on the record's medium stack) and needs no lock;
- * the next allocation takes those blocks back, as an owner does.
+ * A user heap (struct locus_heap) is a descriptor over one memory source — a
+ * user source over the segment and the user's map (source/user.c), or
+ * locus's source of a node, the interleaved one or the generic one — and,
+ * for each thread that allocates from it, a heap record of its own (heap_t,
+ * PLACE_USER: a *user sub-heap*) with the same runs, thread cache, medium
+ * chunks and large blocks as the thread's heap, drawing on that source. A
+ * sub-heap hangs off its thread's main heap (`usubs`, like the placed
+ * sub-heaps: adopted with it, parked with it at the thread's exit) and off
+ * the user heap (`subs`). So allocation takes no lock (the owner's path of
+ * malloc, after a one-entry thread-local lookup), a thread's free of its own
+ * block goes to its sub-heap's thread cache, and another thread's free takes
+ * the remote path, as for any heap.
  *
  * Invariants (checked in the debug build where marked):
- * - a live record has magic UHEAP_LIVE; a dropped one UHEAP_DEAD, and its
- *   heap record is DEAD; records are never unmapped (a stale handle reads
- *   a dead record: uheap_check aborts naming it) and are reused only after
- *   QUARANTINE others died (a double destroy is caught until then);
- * - every large block of the heap is on its record's large_list (under the
- *   record's heap lock); every chunk on its chunk lists or its spare: so a
- *   drop walks the heap's memory, never its blocks;
- * - the record's thread cache stays off (no thread frees into it as owner);
- * - `captures` counts the threads whose heap pointer is this heap's capture
- *   trampoline; a destroy with captures > 0 aborts;
- * - the user's map is called with no lock held but this allocation lock
- *   (usrc_grow), and an allocation of a thread already inside a user heap's
- *   allocation goes to its default heap (in_user), so a map that calls
- *   malloc never waits for itself. */
+ * - a live descriptor has magic UHEAP_LIVE; a dropped one UHEAP_DEAD;
+ *   descriptors are never unmapped (a stale handle reads a dead one:
+ *   uheap_check aborts naming it) and are reused only after QUARANTINE
+ *   others died (a double destroy is caught until then);
+ * - a sub-heap's `user` is its live user heap, or NULL once that heap was
+ *   destroyed (the record then waits on its thread's list for reuse by that
+ *   thread); only its thread (or, with heaps_lock, a collector of orphans
+ *   and the heap's destroy or reset) touches its lists;
+ * - every large block of a sub-heap is on its large_list (under its lock),
+ *   every chunk on its chunk lists or its spare: a drop walks the heap's
+ *   memory, never its blocks;
+ * - `captures` counts the threads whose heap pointer is a capture
+ *   trampoline of this heap; a destroy with captures > 0 aborts;
+ * - the user's map is called with no lock held but this heap's `lock`
+ *   (usrc_grow), after the thread's default heap exists, and an allocation
+ *   of a thread inside it goes to its default heap (in_user): a map that
+ *   calls malloc never waits for itself. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,13 +52,16 @@
 
 struct locus_heap {
   uint64_t magic;
-  lock_t lock;                 /* allocation, realloc, drop (rank LOCK_RANK_USER_HEAP) */
-  heap_t *h;                   /* its heap record (kept with this record for reuse) */
-  source_t *usrc;              /* its user source, or NULL (locus's memory) */
+  lock_t lock;                 /* growth through the user's map, new sub-heaps, drop (LOCK_RANK_USER_HEAP) */
+  heap_t *_Atomic subs;        /* its sub-heaps, one per thread that allocated (linked by next_in_user) */
+  source_t *src;               /* where its memory comes from */
+  source_t *usrc;              /* its user source (== src), or NULL (locus's memory) */
+  size_t limit;
+  int node;
   unsigned flags;              /* LOCUS_HEAP_ARENA */
   unsigned id;
   atomic_int captures;
-  size_t allocs, peak;         /* under `lock` */
+  atomic_size_t peak;          /* highest memory held seen at a growth */
   char name[48];
   struct locus_heap *next, *prev;   /* live list, or (next) the dead queue */
 };
@@ -99,7 +107,6 @@ static uheap_t *record_get(void) {
   }
   uheap_t *u = (uheap_t *)rec_next;
   rec_next += sz;
-  u->h = NULL;
   return u;
 }
 
@@ -130,7 +137,7 @@ void uheap_check(const uheap_t *u, const char *fn) {
   if (unlikely(!u || u->magic != UHEAP_LIVE)) bad_heap(u, fn);
 }
 
-heap_t *uheap_heap(const uheap_t *u) { return u->h; }
+source_t *uheap_source(const uheap_t *u) { return u->src; }
 lock_t *uheap_lock_of(uheap_t *u) { return &u->lock; }
 bool uheap_is_arena(const uheap_t *u) { return u->flags & LOCUS_HEAP_ARENA; }
 const char *uheap_name(const uheap_t *u) { return u->name; }
@@ -163,23 +170,18 @@ static bool segment_taken(uintptr_t base, size_t size, const source_t *own) {
 }
 
 static void record_init(uheap_t *u, const locus_heap_config_t *cfg, source_t *usrc) {
-  heap_t *h = u->h;
-  h->main = h;
-  h->place = PLACE_USER;
-  h->user = u;
-  h->node = cfg->node;
-  h->limit = cfg->limit;
-  if (usrc) h->source = usrc;
-  else if (cfg->interleave) h->source = source_interleave();
-  else if (cfg->node >= 0) h->source = source_of_node(cfg->node);
-  else h->source = source_for_node(-1);
-  for (unsigned i = 0; i < NUM_CLASSES; i++) h->cache[i] = (tcache_t){0};   /* off: see the invariants */
-  heap_set_state(h, HEAP_LIVE);
   lock_init(&u->lock, LOCK_RANK_USER_HEAP);
+  atomic_store(&u->subs, NULL);
   u->usrc = usrc;
+  if (usrc) u->src = usrc;
+  else if (cfg->interleave) u->src = source_interleave();
+  else if (cfg->node >= 0) u->src = source_of_node(cfg->node);
+  else u->src = source_for_node(-1);
+  u->limit = cfg->limit;
+  u->node = cfg->node;
   u->flags = cfg->flags;
   u->id = ++next_id;
-  u->allocs = u->peak = 0;
+  atomic_store(&u->peak, 0);
   atomic_store(&u->captures, 0);
   const char *name = cfg->struct_size > offsetof(locus_heap_config_t, name) ? cfg->name : NULL;
   if (name) snprintf(u->name, sizeof u->name, "%s", name);
@@ -211,14 +213,11 @@ uheap_t *uheap_create(const locus_heap_config_t *cfg) {
     errno = ENOMEM;
     return NULL;
   }
-  /* The heap record and the user source outside list_lock: they take the
-   * heap list's lock (ranked below) and map memory. */
-  if (!u->h) u->h = heap_new_detached();
-  else heap_record_clear(u->h);
+  /* The user source outside list_lock: it maps memory. */
   source_t *usrc = NULL;
   bool user_mem = cfg->segment || cfg->source;
-  if (u->h && user_mem) usrc = usrc_new(cfg->segment, seg_size, cfg->source);
-  err = !u->h || (user_mem && !usrc) ? ENOMEM : 0;
+  if (user_mem) usrc = usrc_new(cfg->segment, seg_size, cfg->source);
+  err = user_mem && !usrc ? ENOMEM : 0;
   lock_acquire(&list_lock);
   /* The overlap check and the link under one hold of the lock: of two
    * heaps given one segment at once, the second sees the first. */
@@ -238,18 +237,85 @@ uheap_t *uheap_create(const locus_heap_config_t *cfg) {
 
 /* ---- allocation -------------------------------------------------------- */
 
-void uheap_lock(uheap_t *u) {
-  /* The thread's default heap first: the user's map may call malloc, which
-   * must not make that heap (under the heap list's lock, ranked below)
-   * while this lock is held. */
-  (void)heap_get();
-  in_user++;
-  lock_acquire(&u->lock);
+/* The calling thread's sub-heap of the user heap it used last: one compare
+ * on the way to the owner's path of malloc. A destroyed heap's sub-heaps
+ * have no user, so a stale entry does not match. */
+static LOCUS_TLS uheap_t *last_u;
+static LOCUS_TLS heap_t *last_sub;
+
+/* The sum of what u's sub-heaps hold (read without their locks: relaxed
+ * counters, a list that only grows at its head). */
+static size_t held_bytes(const uheap_t *u) {
+  size_t n = 0;
+  for (heap_t *s = atomic_load_explicit(&((uheap_t *)u)->subs, memory_order_acquire); s; s = s->next_in_user)
+    n += atomic_load_explicit(&s->st_chunk_bytes, memory_order_relaxed) +
+         atomic_load_explicit(&s->st_large_bytes, memory_order_relaxed);
+  return n;
 }
 
-void uheap_unlock(uheap_t *u) {
-  lock_release(&u->lock);
-  in_user--;
+bool uheap_room(const heap_t *sub, size_t bytes) {
+  const uheap_t *u = sub->user;
+  if (!u) return false;
+  size_t held = held_bytes(u) + bytes;
+  if (u->limit && held > u->limit) return false;
+  size_t peak = atomic_load_explicit(&u->peak, memory_order_relaxed);
+  while (held > peak && !atomic_compare_exchange_weak(&((uheap_t *)u)->peak, &peak, held)) {
+  }
+  return true;
+}
+
+/* A sub-heap record set up for u, owned by the thread of `main`. */
+static void sub_init(heap_t *sub, heap_t *main, uheap_t *u) {
+  sub->main = main;
+  sub->place = PLACE_USER;
+  sub->user = u;
+  sub->source = u->src;
+  sub->limit = u->limit;
+  /* No node a heap's cache_node can equal: other heaps' blocks never enter
+   * this sub-heap's thread cache (a capture must hand out only u's blocks). */
+  sub->node = CACHE_NODE_NONE + 1;
+  sub->tid = main->tid;
+  heap_set_state(sub, main->state);
+}
+
+/* The thread's sub-heap of u: on its main heap's list, a dead one of that
+ * list made new, or a new record. NULL (ENOMEM) when none can be had. */
+static NOINLINE heap_t *sub_slow(uheap_t *u) {
+  heap_t *main = heap_get()->main;
+  if (main == &locus_oom_heap) return NULL;
+  heap_t *sub = NULL, *dead = NULL;
+  for (heap_t *s = main->usubs; s; s = s->next_usub) {
+    if (s->user == u) {
+      sub = s;
+      break;
+    }
+    if (!s->user && !dead) dead = s;
+  }
+  if (!sub) {
+    if (dead) {
+      sub = dead;
+      heap_record_clear_kept(sub);     /* its links stay: main's list, the record list */
+    } else {
+      sub = heap_new_detached();
+      if (!sub) return NULL;
+      sub->next_usub = main->usubs;
+    }
+    sub_init(sub, main, u);
+    lock_acquire(&u->lock);            /* u's list: drop and reports walk it */
+    sub->next_in_user = atomic_load_explicit(&u->subs, memory_order_relaxed);
+    atomic_store_explicit(&u->subs, sub, memory_order_release);
+    lock_release(&u->lock);
+    if (!dead) __atomic_store_n(&main->usubs, sub, __ATOMIC_RELEASE);
+  }
+  last_u = u;
+  last_sub = sub;
+  return sub;
+}
+
+static ALWAYS_INLINE heap_t *sub_of(uheap_t *u) {
+  heap_t *sub = last_sub;
+  if (likely(last_u == u) && likely(sub->user == u)) return sub;
+  return sub_slow(u);
 }
 
 /* Memory a request needs from the user's map: a small chunk (aligned on its
@@ -270,38 +336,62 @@ static void growth_for(const heap_t *h, size_t size, size_t align, size_t *bytes
 /* A small request that found no small chunk (a segment too short or not
  * aligned for one) is served by a medium block: every free, realloc and
  * size query works on it the same. */
-static void *alloc_locked(uheap_t *u, size_t size, size_t align, bool zero) {
-  heap_t *h = u->h;
-  void *p = heap_alloc(h, size, align, zero);
-  if (!p && u->usrc && size <= SMALL_MAX && align <= locus_opt.large_threshold / 4)
-    p = medium_alloc(h, size, align < ALIGN_MIN ? ALIGN_MIN : align, zero);
+static void *alloc_in(heap_t *sub, size_t size, size_t align, bool zero) {
+  void *p = heap_alloc(sub, size, align, zero);
+  if (!p && sub->source->user && size <= SMALL_MAX && align <= locus_opt.large_threshold / 4)
+    p = medium_alloc(sub, size, align < ALIGN_MIN ? ALIGN_MIN : align, zero);
   return p;
+}
+
+/* The heap's memory is exhausted: the user's source grows it (under u's
+ * lock, the thread marked in_user so that a map calling malloc uses its
+ * default heap), then one more try. */
+static NOINLINE void *alloc_grow(uheap_t *u, heap_t *sub, size_t size, size_t align, bool zero) {
+  void *p = alloc_in(sub, size, align, zero);
+  if (p || !u->usrc || size > (size_t)PTRDIFF_MAX / 2) return p;
+  size_t bytes, galign;
+  growth_for(sub, size, align, &bytes, &galign);
+  if (!uheap_room(sub, bytes)) return NULL;
+  in_user++;
+  lock_acquire(&u->lock);
+  bool grown = usrc_grow(u->usrc, bytes, galign);
+  lock_release(&u->lock);
+  in_user--;
+  return grown ? alloc_in(sub, size, align, zero) : NULL;
+}
+
+/* One add to memory (a plain store by its thread; reports read it relaxed). */
+static ALWAYS_INLINE void count_alloc(heap_t *sub) {
+  __atomic_store_n(&sub->uallocs, __atomic_load_n(&sub->uallocs, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
 }
 
 void *uheap_alloc(uheap_t *u, size_t size, size_t align, bool zero) {
   int saved = errno;                   /* a first attempt that fails before a growth sets it */
-  uheap_lock(u);
-  void *p = alloc_locked(u, size, align, zero);
-  if (!p && u->usrc && size <= (size_t)PTRDIFF_MAX / 2) {
-    size_t bytes, galign;
-    growth_for(u->h, size, align, &bytes, &galign);
-    if (heap_room(u->h, bytes) && usrc_grow(u->usrc, bytes, galign)) p = alloc_locked(u, size, align, zero);
-  }
-  if (p) {
-    u->allocs++;
-    size_t held = atomic_load_explicit(&u->h->st_chunk_bytes, memory_order_relaxed) +
-                  atomic_load_explicit(&u->h->st_large_bytes, memory_order_relaxed);
-    if (held > u->peak) u->peak = held;
-  }
-  uheap_unlock(u);
+  heap_t *sub = sub_of(u);
+  void *p = likely(sub) ? heap_alloc(sub, size, align, zero) : NULL;
+  if (unlikely(!p) && sub) p = alloc_grow(u, sub, size, align, zero);
+  if (p) count_alloc(sub);
   errno = p ? saved : ENOMEM;
   return p;
 }
 
+void *uheap_malloc_small(uheap_t *u, size_t size) {
+  heap_t *sub = sub_of(u);
+  void *p = likely(sub) ? heap_malloc(sub, size) : NULL;
+  if (likely(p)) {
+    count_alloc(sub);
+    return p;
+  }
+  return uheap_alloc(u, size, ALIGN_MIN, false);
+}
+
+bool uheap_owns(const heap_t *sub) { return sub->main == heap_thread_main(); }
+
 NOINLINE void uheap_free_check(const heap_t *owner, const void *p, const char *fn) {
   const uheap_t *u = owner->user;
-  if (u->magic != UHEAP_LIVE)
-    locus_fatal("%s(): %p is a block of heap '%s', which was destroyed or reset", fn, p, u->name);
+  if (!u || u->magic != UHEAP_LIVE)
+    locus_fatal("%s(): %p is a block of a user heap that was destroyed%s%s", fn, p, u ? ": " : "",
+                u ? u->name : "");
   if (u->flags & LOCUS_HEAP_ARENA)
     locus_fatal("%s(): %p is a block of arena heap '%s': arena blocks are released only by "
                 "locus_heap_reset or locus_heap_destroy", fn, p, u->name);
@@ -331,12 +421,12 @@ void uheap_large_unlink(large_t *l) {
 
 /* ---- destroy and reset ------------------------------------------------- */
 
-/* A region of the heap leaves it: to the user's extents, or (destroy) to the
- * OS, or (reset) to its source's cache. */
-static void region_out(region_t *r, bool keep) {
+/* A region of the heap leaves it, back to its source: the user's extents, or
+ * locus's source, which keeps it or gives it to the OS as the profile says
+ * (as for a freed large block: eco at once, auto unless it is reused). */
+static void region_out(region_t *r) {
   registry_remove(r);
-  if (keep || (r->flags & REGION_USER)) source_free(r);
-  else source_free_to_os(r);
+  source_free(r);
 }
 
 static void drop_chunk(heap_t *h, chunk_t *c, bool keep) {
@@ -352,21 +442,21 @@ static void drop_chunk(heap_t *h, chunk_t *c, bool keep) {
     medium_chunk_init(h, c);           /* one free block (the bins were emptied) */
     return;
   }
-  region_out(&c->r, false);
+  region_out(&c->r);
 }
 
-/* Every block goes: large blocks to their source, chunks to their source
- * (destroy) or back to one free run slot each / one free medium block
- * (reset); the record's lists start over. Proportional to the heap's
- * regions. The caller holds u->lock; nobody may use the heap's blocks. */
-static void drop_all(uheap_t *u, bool keep) {
-  heap_t *h = u->h;
+/* Every block of one sub-heap goes: large blocks to their source, chunks to
+ * their source (destroy) or back to one free run slot each / one free
+ * medium block (reset); its lists and thread cache start over. Proportional
+ * to the sub-heap's regions. The caller holds heaps_lock and u->lock;
+ * nobody may use the heap's blocks. */
+static void drop_sub(heap_t *h, bool keep) {
   heap_lock(h);
   for (large_t *l = h->large_list; l;) {
     large_t *next = ((large_user_t *)l)->next;
     if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);
     l->magic = 0;
-    region_out(&l->r, keep);
+    region_out(&l->r);
     l = next;
   }
   h->large_list = NULL;
@@ -382,7 +472,7 @@ static void drop_all(uheap_t *u, bool keep) {
     }
   }
   if (h->spare && !keep) {           /* (reset keeps it: an empty chunk) */
-    region_out(&h->spare->r, false);
+    region_out(&h->spare->r);
     h->spare = NULL;
   }
   heap_record_restart(h, keep);
@@ -391,19 +481,25 @@ static void drop_all(uheap_t *u, bool keep) {
 
 void uheap_drop(uheap_t *u, bool keep, const char *fn) {
   uheap_check(u, fn);
+  /* The heap list's lock keeps out what else walks sub-heaps: adoption,
+   * a thread's exit, collectors of orphans, reports. */
+  heaps_lock_all();
   lock_acquire(&u->lock);
   if (!keep && atomic_load(&u->captures))
     locus_fatal("%s(): heap '%s' (%p) is captured by %d thread(s)", fn, u->name, (void *)u,
                 atomic_load(&u->captures));
   if (u->magic != UHEAP_LIVE) bad_heap(u, fn);   /* a destroy raced with this one */
-  drop_all(u, keep);
-  if (keep) {
-    lock_release(&u->lock);
-    return;
+  for (heap_t *s = atomic_load(&u->subs); s; s = s->next_in_user) {
+    drop_sub(s, keep);
+    if (!keep) {                       /* waits on its thread's list for reuse */
+      s->user = NULL;
+      s->source = NULL;
+    }
   }
-  u->magic = UHEAP_DEAD;
+  if (!keep) u->magic = UHEAP_DEAD;
   lock_release(&u->lock);
-  heap_record_retire(u->h);            /* dead, no source: reports no longer follow it */
+  heaps_unlock_all();
+  if (keep) return;
   /* Off the live list before its source goes: another heap's creation
    * checks its segment against the live heaps' sources. */
   lock_acquire(&list_lock);
@@ -478,22 +574,24 @@ void *uheap_captured_alloc(heap_t *tramp, size_t size, size_t align, bool zero) 
 
 /* ---- figures ----------------------------------------------------------- */
 
-void uheap_figures(uheap_t *u, size_t *held, size_t *seg_total, size_t *seg_free, size_t *allocs) {
-  *held = atomic_load_explicit(&u->h->st_chunk_bytes, memory_order_relaxed) +
-          atomic_load_explicit(&u->h->st_large_bytes, memory_order_relaxed);
-  *seg_total = *seg_free = 0;
+void uheap_figures(uheap_t *u, size_t *held, size_t *seg_total, size_t *seg_free, size_t *threads,
+                   size_t *allocs) {
+  *held = held_bytes(u);
+  *seg_total = *seg_free = *threads = *allocs = 0;
+  for (heap_t *s = atomic_load(&u->subs); s; s = s->next_in_user)
+    ++*threads, *allocs += __atomic_load_n(&s->uallocs, __ATOMIC_RELAXED);
   if (u->usrc) usrc_sizes(u->usrc, seg_total, seg_free);
-  *allocs = __atomic_load_n(&u->allocs, __ATOMIC_RELAXED);
 }
 
 int uheap_stats(uheap_t *u, locus_stats_t *st) {
-  size_t held, total, free_bytes, allocs;
-  uheap_figures(u, &held, &total, &free_bytes, &allocs);
+  size_t held, total, free_bytes, threads, allocs;
+  uheap_figures(u, &held, &total, &free_bytes, &threads, &allocs);
   memset(st, 0, sizeof *st);
+  st->cache_hits = allocs;
   st->bytes_in_use = held;
   st->bytes_cached = free_bytes;
-  st->peak_footprint = __atomic_load_n(&u->peak, __ATOMIC_RELAXED);
-  st->cache_hits = allocs;
+  st->peak_footprint = atomic_load_explicit(&u->peak, memory_order_relaxed);
+  st->heaps_live = threads;
   return 0;
 }
 

@@ -15,18 +15,20 @@ uheap_t *uheap_create(const locus_heap_config_t *cfg);
 void uheap_drop(uheap_t *u, bool keep, const char *fn);
 /* Aborts, naming fn and the heap, unless u is a live heap. */
 void uheap_check(const uheap_t *u, const char *fn);
-/* An allocation from u by any thread, with growth through the user's
- * source; NULL + ENOMEM when the heap is exhausted or at its limit. */
+/* An allocation from u by any thread (from its own sub-heap of u), with
+ * growth through the user's source; NULL + ENOMEM when the heap is
+ * exhausted or at its limit. uheap_malloc_small: the same for malloc's
+ * alignment, its fast path first. */
 void *uheap_alloc(uheap_t *u, size_t size, size_t align, bool zero);
-/* The allocation lock, for a realloc that resizes a block of u in place
- * (api/heaps.c): the holder acts as the owner of u's heap. */
-void uheap_lock(uheap_t *u);
-void uheap_unlock(uheap_t *u);
-heap_t *uheap_heap(const uheap_t *u);
+void *uheap_malloc_small(uheap_t *u, size_t size);
+/* Whether the calling thread owns sub-heap `sub` (may resize its blocks in place). */
+bool uheap_owns(const heap_t *sub);
+source_t *uheap_source(const uheap_t *u);
 lock_t *uheap_lock_of(uheap_t *u);     /* (tests) */
 bool uheap_is_arena(const uheap_t *u);
 const char *uheap_name(const uheap_t *u);
-/* The user heap of a heap record (NULL for the default heaps). */
+/* The user heap of a heap record (NULL for the default heaps and for a
+ * destroyed heap's sub-heap). */
 static inline uheap_t *uheap_of_heap(const heap_t *h) { return h->place == PLACE_USER ? h->user : NULL; }
 /* free() of a block of user heap u: aborts when u is an arena. */
 void uheap_free_check(const heap_t *owner, const void *p, const char *fn);
@@ -44,7 +46,10 @@ int uheap_stats(uheap_t *u, locus_stats_t *st);
 void uheap_fork_child(const heap_t *tls);
 /* Calls line(ctx, u) for every live user heap (reports). */
 void uheaps_report(void (*line)(void *, uheap_t *), void *ctx);
-/* The heap's allocation count and the bytes of its memory it holds / could hold. */
-void uheap_figures(uheap_t *u, size_t *held, size_t *seg_total, size_t *seg_free, size_t *allocs);
+/* The bytes the heap holds, its own memory (segment and source pieces) and
+ * how much of it is free, its sub-heaps (threads that allocated) and the
+ * blocks its allocation functions handed out. */
+void uheap_figures(uheap_t *u, size_t *held, size_t *seg_total, size_t *seg_free, size_t *threads,
+                   size_t *allocs);
 
 #endif /* LOCUS_HEAP_USER_H */
