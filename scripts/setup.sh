@@ -14,7 +14,9 @@ set -euo pipefail
 what=${1:-all}
 
 build_pkgs=(gcc g++ cmake ninja-build make)
-peer_pkgs=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 time)
+# libmimalloc-dev: mimalloc.h, for the mimalloc-heap variant of bench/heap_*.c
+# (mi_heap_new/mi_heap_destroy, found with dlsym under the preload).
+peer_pkgs=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libmimalloc-dev time)
 test_pkgs=(python3 pkg-config util-linux sqlite3 git redis-server redis-tools openmpi-bin libopenmpi-dev
            clang libclang-rt-14-dev libfuzzer-14-dev libpython3.11-testsuite
            gcc-aarch64-linux-gnu g++-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross

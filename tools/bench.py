@@ -70,6 +70,7 @@ class Workload:
 
 LARGE, SMALL, THREADS, MEMORY, SYSTEM = ("large blocks", "small blocks", "between threads", "memory",
                                          "kernel and caches")
+HEAPS = "heaps"
 W = Workload
 # Adding a workload is one entry here (and its program in bench/CMakeLists.txt).
 WORKLOADS = [
@@ -108,8 +109,27 @@ WORKLOADS = [
     W("ab_bursty", "ab_bursty", family=THREADS),
     W("ab_phases", "ab_phases", family=MEMORY),
     W("stencil", "stencil", family=SYSTEM),
+    # Many blocks dropped at once (issue 30, user heaps; bench/heap_common.h).
+    # The same program once per way of dropping: `free` of every block and the
+    # allocator-independent baselines (obstack over malloc, a bump pointer
+    # over the segment) under every allocator; `heap`, `heap-destroy` and
+    # `heap-segment` take the heap API of the allocator in the process (locus:
+    # locus_heap_*, mimalloc: mi_heap_*; found with dlsym) and fall back to
+    # `free` under a peer without one (the RESULT line's variant= says which
+    # ran). Checksums depend on the seed alone: equal across all of them.
+    # Full runs and --only heap_ only.
+    W("heap_timestep_free", "heap_timestep", ["--variant", "free"], family=HEAPS),
+    W("heap_timestep_obstack", "heap_timestep", ["--variant", "obstack"], family=HEAPS),
+    W("heap_timestep_reset", "heap_timestep", ["--variant", "heap"], family=HEAPS),
+    W("heap_timestep_destroy", "heap_timestep", ["--variant", "heap-destroy"], family=HEAPS),
+    W("heap_parse_free", "heap_parse", ["--variant", "free"], family=HEAPS),
+    W("heap_parse_obstack", "heap_parse", ["--variant", "obstack"], family=HEAPS),
+    W("heap_parse_destroy", "heap_parse", ["--variant", "heap"], family=HEAPS),
+    W("heap_segment_free", "heap_segment", ["--variant", "free"], family=HEAPS),
+    W("heap_segment_bump", "heap_segment", ["--variant", "bump"], family=HEAPS),
+    W("heap_segment_heap", "heap_segment", ["--variant", "heap-segment"], family=HEAPS),
 ]
-FAMILIES = [LARGE, SMALL, THREADS, MEMORY, SYSTEM]
+FAMILIES = [LARGE, SMALL, THREADS, MEMORY, SYSTEM, HEAPS]
 
 # Programs that need more than a C compiler (g++, OpenMP): when they were not
 # built, their workloads are skipped with a note instead of failing the run.
