@@ -288,6 +288,35 @@ void *locus_malloc_shareable(size_t size);
  * block), ENOMEM. */
 void *locus_cow_copy(const void *src, size_t len);
 
+/* ---- Shared tables ----------------------------------------------------------
+ * One read-only copy per NUMA node of a table that several processes of a
+ * user need (tables of constants read by every MPI rank of a node), instead
+ * of one copy each (docs/sharing.md, "Shared tables").
+ *
+ * locus_shared_table returns the table called `name` of the calling thread's
+ * node (the node it is bound to, else the node of the CPU it runs on),
+ * mapped read-only: a write faults (SIGSEGV). The first process to ask
+ * creates it on that node and calls init(table, size, arg) on a writable
+ * mapping (init NULL: the table stays zero); the others, and the other
+ * threads of the process, wait for init to return (asleep; a process killed
+ * during init lets the next one initialise it) and get the same contents,
+ * which init must fill the same way in every process. Returns the table
+ * (page-aligned), or NULL with errno = EINVAL (name NULL, empty, longer than
+ * LOCUS_SHARED_TABLE_NAME_MAX bytes or holding '/'; size 0), EEXIST (the
+ * table exists with another size), ENOSYS (no /dev/shm), EDEADLK (init asks
+ * for its own table), EMFILE (64 tables mapped by the process), ENOMEM,
+ * EACCES (the file under that name belongs to another user), or the error of
+ * the file system. Every successful call is matched by a release; the last
+ * release in a process unmaps its view, and the table is removed when no
+ * process maps it any more (or at the exit of its last user; docs/sharing.md
+ * says what a crash leaves). */
+#define LOCUS_SHARED_TABLE_NAME_MAX 64
+void *locus_shared_table(const char *name, size_t size,
+                         void (*init)(void *table, size_t size, void *arg), void *arg);
+/* 0, or -1 with errno = EINVAL (not a table of locus_shared_table, or
+ * already released as many times as it was returned). */
+int locus_shared_table_release(void *table);
+
 /* Fill *st with process-wide totals. */
 void locus_stats_get(locus_stats_t *st);
 

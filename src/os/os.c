@@ -1,6 +1,6 @@
 /* The OS layer: memory, processes, files. Every system call of locus is in
  * src/os/: this file, features.c, pressure.c, topology.c, sys.c (futex, yield, stderr),
- * zero.c (calloc's clearing). */
+ * zero.c (calloc's clearing), shm.c (shared tables' files). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

@@ -56,6 +56,7 @@ typedef enum {
   LOCK_RANK_USER_SOURCE = 65,          /* a user heap's memory (source/user.c) */
   LOCK_RANK_REGISTRY_SPARE = 70,
   LOCK_RANK_OPTIONS_FILE = 80,
+  LOCK_RANK_SHARED_TABLE = 85,         /* the process's shared tables (api/shared.c): a leaf */
   LOCK_RANK_TEST = 200,                /* locks of the test programs (locus_internal) */
 } lock_rank_t;
 
