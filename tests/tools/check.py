@@ -323,7 +323,7 @@ def check_dedup():
     # 4. -- CMD: the traced arrays, sampled until the command exits
     png = os.path.join(tmp, "dedup.png")
     r = run([locus, "dedup", "--threshold", "256k", "--interval", "0.2", "--json", "--plot", png, "--",
-             dedup_case, "1.2"], want=0)
+             dedup_case, "2"], want=0)
     rep = json.loads(r.stdout[r.stdout.index("{"):])
     ready = r.stdout.split("\n", 1)[0].split()
     arrays = {}

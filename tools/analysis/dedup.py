@@ -239,7 +239,7 @@ class Reader:
         except OSError:
             pass
 
-    def digest(self, b):
+    def digest_fn(self, b):
         if self.hashname == "blake2b":
             return hashlib.blake2b(b, digest_size=16).digest()
         return hashlib.sha1(b).digest()
@@ -308,22 +308,22 @@ class Reader:
             else:
                 mv = memoryview(data)
                 chunks = [mv[i * PAGE:(i + 1) * PAGE] for i in range(len(part))]
+            digest = self.digest_fn
+            zpfn = self.zpfn
             for (pn, e), b in zip(part, chunks):
                 if b is None or len(b) < PAGE:
                     stats["unreadable"] += 1
                     continue
-                excl = bool(e & PM_EXCL)
-                if not excl:
+                if not e & PM_EXCL:
                     stats["not_exclusive"] += 1
                 if b == ZERO_BYTES:
-                    pfn = e & PFN_MASK
-                    if (self.zpfn is not None and pfn == self.zpfn) or (self.zpfn is None and not excl):
+                    if (e & PFN_MASK) == zpfn if zpfn is not None else not e & PM_EXCL:
                         stats["zero_page"] += 1
                         key = ZPAGE
                     else:
                         key = ZERO
                 else:
-                    key = self.digest(b)
+                    key = digest(b)
                 addrs.append(pn * PAGE)
                 keys.append(key)
 
@@ -332,16 +332,9 @@ class Reader:
 def summarize(keys, everywhere, use_zero_pages):
     """Counts of a set of page keys; `everywhere` counts each content over the
     whole scope (a content found twice there is a duplicate)."""
-    zp = 0
-    zero = 0
-    local = Counter()
-    for k in keys:
-        if k == ZPAGE:
-            zp += 1
-        elif k == ZERO:
-            zero += 1
-        else:
-            local[k] += 1
+    local = Counter(keys)
+    zp = local.pop(ZPAGE, 0)
+    zero = local.pop(ZERO, 0)
     pages = len(keys) - zp
     dup = sum(n for k, n in local.items() if everywhere[k] > 1)
     distinct = len(local)
@@ -469,7 +462,7 @@ class Sampler:
         self.readers = {}
         self.samples = []          # summaries over time
         self.best = None           # the detailed data of the sample with the largest saving
-        self.pages = {}            # (pid, addr) -> [key, first seen, last seen] of the current content
+        self.pages = {}            # (pid, addr) -> [key, first seen, last seen, last sample] of its content
         self.runs = []             # (duration, still identical at the end) of the closed contents
         self.t0 = time.monotonic()
         self.names = {}
@@ -516,23 +509,24 @@ class Sampler:
             return False
         # contents over all processes, and the stability of each page's content
         everywhere = Counter()
-        seen = set()
+        pages = self.pages
         for pid, d in data.items():
             for m, addrs, keys, st in d["maps"]:
-                everywhere.update(k for k in keys if len(k) > 1)
+                everywhere.update(keys)
                 for a, k in zip(addrs, keys):
-                    key = (pid, a)
-                    seen.add(key)
-                    cur = self.pages.get(key)
+                    cur = pages.get((pid, a))
                     if cur is None:
-                        self.pages[key] = [k, t, t]
+                        pages[(pid, a)] = [k, t, t, n]
                     elif cur[0] == k:
                         cur[2] = t
+                        cur[3] = n
                     else:
                         self.runs.append((cur[2] - cur[1], False))
-                        self.pages[key] = [k, t, t]
-        for key in [k for k in self.pages if k not in seen]:
-            cur = self.pages.pop(key)
+                        pages[(pid, a)] = [k, t, t, n]
+        everywhere.pop(ZERO, None)
+        everywhere.pop(ZPAGE, None)
+        for key in [key for key, cur in pages.items() if cur[3] != n]:
+            cur = pages.pop(key)
             self.runs.append((cur[2] - cur[1], False))
         allkeys = [k for d in data.values() for _, _, keys, _ in d["maps"] for k in keys]
         total = summarize(allkeys, everywhere, self.uzp)
@@ -549,7 +543,7 @@ class Sampler:
                         cur = self.pages[(pid, a)]
                         if cur[2] - cur[1] >= 2 * scan_time:
                             stable.append(kk)
-            catch = summarize(stable, Counter(x for x in stable if len(x) > 1), self.uzp)["save"]
+            catch = summarize(stable, Counter(stable), self.uzp)["save"]
         merging = [d["ksm"].get("ksm_merging_pages") for d in data.values() if d["ksm"]]
         s = {"sample": n, "time": round(t, 3), "processes": len(data), "pages": total["pages"],
              "zero": total["zero"], "duplicated": total["duplicated"], "save": total["save"],
@@ -627,9 +621,10 @@ def build_report(sm, cmd, interval, scan_time_opt, sites):
     allkeys = [kk for d in data.values() for _, _, keys, _ in d["maps"] for kk in keys]
     total = summarize(allkeys, everywhere, uzp)
     span = sm.samples[-1]["time"] - sm.samples[0]["time"] if sm.samples else 0.0
-    hist = histogram(sm.runs, interval, span) if len(sm.samples) > 1 else []
+    gap = span / (len(sm.samples) - 1) if len(sm.samples) > 1 else interval
+    hist = histogram(sm.runs, max(interval, round(gap, 2)), span) if len(sm.samples) > 1 else []
     rate = ksm_scan_rate(k)
-    return {"command": cmd, "page_size": PAGE, "hash": sm.hashname, "use_zero_pages": bool(uzp),
+    return {"command": cmd, "page_size": PAGE, "hash": sm.hashname, "use_zero_pages": bool(uzp), "mean_gap": gap,
             "zero_page_pfn_known": sm.zpfn is not None, "samples": sm.samples, "interval": interval,
             "reported_sample": best["summary"]["sample"], "processes": procs, "total": total,
             "between_processes": total["save"] - sum(p["total"]["save"] for p in procs) if len(procs) > 1 else 0,
@@ -648,9 +643,9 @@ def print_report(rep, max_rows=16):
     who = ", ".join("%d (%s)" % (p["pid"], p["command"]) for p in procs[:6]) + (" ..." if len(procs) > 6 else "")
     w("locus dedup: pid%s %s; %d sample%s%s; pages of %s, contents hashed with %s\n" % (
         "s" if len(procs) > 1 else "", who, ns, "" if ns == 1 else "s",
-        " every %g s, reported: sample %d at %.1f s (the largest saving)" % (
-            rep["interval"], rep["reported_sample"], rep["samples"][rep["reported_sample"] - 1]["time"])
-        if ns > 1 else "", human(PAGE), rep["hash"]))
+        " (one every %.1f s: --interval %g and the reading), reported: sample %d at %.1f s (the largest saving)" % (
+            rep["mean_gap"], rep["interval"], rep["reported_sample"],
+            rep["samples"][rep["reported_sample"] - 1]["time"]) if ns > 1 else "", human(PAGE), rep["hash"]))
     for p in procs:
         if len(procs) > 1:
             w("pid %d (%s):\n" % (p["pid"], p["command"]))
@@ -709,7 +704,7 @@ def print_report(rep, max_rows=16):
     if hist:
         last = rep["samples"][-1]
         w("how long page contents stayed identical (%d samples over %.1f s; a content seen in one sample only "
-          "lasted less than the interval):\n" % (len(rep["samples"]), last["time"] - rep["samples"][0]["time"]))
+          "is in the first row):\n" % (len(rep["samples"]), last["time"] - rep["samples"][0]["time"]))
         w("  %-18s %10s %16s\n" % ("duration", "changed", "same at the end"))
         for b in hist:
             w("  %-18s %10d %16d\n" % ("%g - %g s" % (b["from"], b["to"]), b["changed"], b["unchanged_at_end"]))
