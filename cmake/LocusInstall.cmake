@@ -105,7 +105,7 @@ else()
   file(RELATIVE_PATH LOCUS_CLI_LIB /p/${CMAKE_INSTALL_BINDIR} /p/${CMAKE_INSTALL_LIBDIR}/${_locus_cli_soname})
 endif()
 set(LOCUS_CLI_SOURCE_DIR "")
-# the analysers' Python modules (locus align, locus pages): <datadir>/locus/analysis
+# the analysers' Python modules (locus align, locus pages, locus dedup): <datadir>/locus/analysis
 if(IS_ABSOLUTE "${CMAKE_INSTALL_DATADIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_BINDIR}")
   set(LOCUS_CLI_ANALYSIS_DIR ${CMAKE_INSTALL_FULL_DATADIR}/locus/analysis)
 else()

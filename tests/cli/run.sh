@@ -4,7 +4,7 @@
 #               --help of the command and of every subcommand, run (profile,
 #               --stats=FILE, exit status, --verbose banner, LD_PRELOAD kept),
 #               info --json, stats on a file with two reports, bench without
-#               the source tree; align and pages run from the prefix; the man
+#               the source tree; align, pages and dedup run from the prefix; the man
 #               page is installed.
 #   build-tree  <build>/tools/locus uses the build's library and knows the source tree;
 #               --stats=t%p.txt reaches the program unexpanded (one file per
@@ -56,18 +56,20 @@ installed)
 
   expect_status 0 "$locus" --help
   contains "$tmp/out" "usage: locus" "locus --help"
-  for c in run info stats bench align pages; do
+  for c in run info stats bench align pages dedup; do
     expect_status 0 "$locus" "$c" --help
     contains "$tmp/out" "usage: locus $c" "locus $c --help"
   done
   expect_status 2 "$locus" frobnicate
-  say "--help of locus and of run, info, stats, bench, align, pages: ok"
+  say "--help of locus and of run, info, stats, bench, align, pages, dedup: ok"
   # the analysers find their modules and the sampling library in the prefix
   expect_status 0 "$locus" align --no-compare -- "${PYTHON:-python3}" -c 'b = bytearray(8 << 20); print(sum(b[::4096]))'
   contains "$tmp/out" "1 large array" "locus align from the prefix"
   expect_status 1 "$locus" pages 999999999
   contains "$tmp/err" "no process 999999999" "locus pages from the prefix"
-  say "align (sampling library and modules of the prefix), pages: ok"
+  expect_status 0 "$locus" dedup --json $$
+  contains "$tmp/out" '"save"' "locus dedup from the prefix"
+  say "align (sampling library and modules of the prefix), pages, dedup: ok"
 
   expect_status 0 "$locus" --version
   contains "$tmp/out" "library $version ($P/$libdir/" "locus --version (the library of the prefix)"

@@ -18,6 +18,9 @@
      shown on the page, each code block is its file's text exactly, and the
      page names every function of locus.h's Heaps section and no locus_heap_*
      function that locus.h lacks.
+  8. docs/tools.md: the `locus dedup` tables have the real header, and the
+     arrays of tests/tools/dedup_case.c, built and read by `locus dedup PID
+     --range ...`, have the counts the page shows.
 
 Usage: docs_examples.py SOURCE_DIR LIBLOCUS LOCUS_COMMAND CC   (exit 0 pass, 1 fail)
 """
@@ -178,6 +181,42 @@ check(not missing, "docs/heaps.md names every function of locus.h's Heaps sectio
 unknown = sorted(n for n in named if not re.search(r"\b%s\b" % n, hdr))
 check(not unknown, "every locus_heap_* name in docs/heaps.md is in locus.h%s" % (
     "" if not unknown else ": not there: " + ", ".join(unknown)))
+
+# 8. locus dedup's example
+with tempfile.TemporaryDirectory() as tmp:
+    exe = os.path.join(tmp, "dedup_case")
+    b = subprocess.run([cc, "-O2", os.path.join(src, "tests", "tools", "dedup_case.c"), "-o", exe],
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    check(b.returncode == 0, "dedup_case.c builds: %s" % b.stderr.strip()[-300:])
+    if b.returncode == 0:
+        p = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env_clean(),
+                             universal_newlines=True)
+        try:
+            w = p.stdout.readline().split()
+            ranges = []
+            for x in w[2:5]:
+                ranges += ["--range", x.split("=", 1)[1]]
+            out = subprocess.run([locus, "dedup", w[1]] + ranges, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 universal_newlines=True).stdout
+        finally:
+            p.stdin.close()
+            p.wait()
+        real = out.splitlines()
+        header = [l for l in real if l.split()[:6] == ["pages", "zero", "dup", "unique", "distinct", "save"]]
+        doc_headers = [l for l in tools.splitlines() if l.split()[:6] == ["pages", "zero", "dup", "unique",
+                                                                          "distinct", "save"]]
+        check(bool(header) and bool(doc_headers) and all(h == header[0] for h in doc_headers),
+              "docs/tools.md's locus dedup tables have the real header: %s" % (header[:1] or "(none)"))
+
+        def array_rows(lines):
+            i = next((k for k, l in enumerate(lines) if l.strip() == "arrays (pages overlapping each):"), None)
+            return [l.split()[-6:] for l in lines[i + 1:i + 4]] if i is not None else []
+        blk = re.search(r"^\$ locus dedup \d+ --range .*?\n(.*?)^```", tools, re.M | re.S)
+        check(blk is not None, "docs/tools.md shows locus dedup on dedup_case with --range")
+        if blk:
+            d, r = array_rows(blk.group(1).splitlines()), array_rows(real)
+            check(len(d) == 3 and d == r, "docs/tools.md's dedup_case arrays have the real counts:\n  doc  %s\n  real %s"
+                  % (d, r))
 
 if failures:
     print("docs_examples: %d check(s) failed" % len(failures))

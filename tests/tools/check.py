@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctest tools_*: the analysers of the locus command on constructed cases.
 
-usage: check.py align|pages|bad_input|trace|rss LOCUS ALIGN_SWEEP PAGES_CASE TRACE_CASE
+usage: check.py align|pages|bad_input|trace|rss|dedup LOCUS ALIGN_SWEEP PAGES_CASE TRACE_CASE DEDUP_CASE
 Exit 0 pass, 1 fail, 77 skip.
 """
 
@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-mode, locus, sweep, pages_case, trace_case = sys.argv[1:6]
+mode, locus, sweep, pages_case, trace_case, dedup_case = sys.argv[1:7]
 tmp = tempfile.mkdtemp(prefix="locus-tools.")
 
 
@@ -222,8 +222,142 @@ def check_rss():
         (len(series), peak >> 10))
 
 
+def dedup_start(*args):
+    """Starts dedup_case ARGS; returns the process, its pid and its three arrays {name: (addr, len)}."""
+    p = subprocess.Popen([dedup_case] + list(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         universal_newlines=True)
+    w = p.stdout.readline().split()
+    if len(w) != 5 or w[0] != "ready":
+        fail("dedup_case printed %s (status %s)" % (w, p.poll()))
+    arrays = {}
+    for x in w[2:]:
+        name, rng = x.split("=", 1)
+        a, n = rng.split(":")
+        arrays[name] = (int(a, 16), int(n))
+    return p, w[1], arrays
+
+
+# name: pages, zero, duplicated, unique, distinct, save (use_zero_pages=0), save (use_zero_pages=1)
+DEDUP_WANT = {"zero": (300, 300, 0, 0, 0, 299, 300), "dup": (200, 0, 200, 0, 10, 190, 190),
+              "unique": (100, 0, 0, 100, 100, 0, 0)}
+DEDUP_KEYS = ("pages", "zero", "duplicated", "unique", "distinct", "save", "save_use_zero_pages")
+
+
+def dedup_check_arrays(rows, arrays, what, shared=False):
+    by_addr = {int(r["addr"], 16): r for r in rows}
+    for name, (addr, n) in arrays.items():
+        r = by_addr.get(addr)
+        if r is None:
+            fail("%s: no row for the %s array at 0x%x (rows at %s)" % (what, name, addr, sorted(by_addr)))
+        want = list(DEDUP_WANT[name])
+        if shared and name == "unique":     # the other process holds the same 100 contents
+            want[2:4] = [100, 0]
+        got = tuple(r[k] for k in DEDUP_KEYS)
+        if got != tuple(want):
+            fail("%s, %s array: %s = %s, expected %s" % (what, name, "/".join(DEDUP_KEYS), got, tuple(want)))
+
+
+def check_dedup():
+    # 1. one process, its arrays given by hand: the exact counts
+    p, pid, arrays = dedup_start()
+    try:
+        rng = []
+        for name in ("zero", "dup", "unique"):
+            rng += ["--range", "0x%x:%d" % arrays[name]]
+        r = run([locus, "dedup", pid, "--json"] + rng, want=0)
+        rep = json.loads(r.stdout)
+        proc = rep["processes"][0]
+        dedup_check_arrays(proc["arrays"], arrays, "locus dedup PID --range")
+        t = proc["total"]
+        if t["zero"] < 300 or t["duplicated"] < 200 or t["save"] < 489:
+            fail("process total %s: expected at least the arrays' 300 zero, 200 duplicated pages, saving 489" % t)
+        r = run([locus, "dedup", pid] + rng, want=0)
+        if "KSM could save" not in r.stdout or "[stack]" not in r.stdout:
+            fail("text report lacks the saving or the [stack] mapping:\n" + r.stdout)
+        say("pid %s: 300 zero pages, 200 pages of 10 contents, 100 unique: counted exactly; process total %d "
+            "pages, KSM could save %d" % (pid, t["pages"], t["save"]))
+        # 2. two processes with the same contents: the duplicates between them
+        q, pid2, arrays2 = dedup_start("0", pid)
+        p.stdin.close()
+        p.wait()
+        p, pid, arrays = dedup_start("0", pid)      # the first one again, now with the same seed as the second
+        try:
+            r = run([locus, "dedup", pid, pid2, "--json"], want=0)
+            rep = json.loads(r.stdout)
+            if [x["pid"] for x in rep["processes"]] != [int(pid), int(pid2)]:
+                fail("processes %s, expected %s %s" % ([x["pid"] for x in rep["processes"]], pid, pid2))
+            between = rep["between_processes"]
+            # the second copy of 100 unique and 10 duplicated contents, and of the zero page
+            if not 111 <= between <= 111 + 256:
+                fail("between processes: %d pages, expected 111 (+ the programs' identical pages, < 256)" % between)
+            for x in rep["processes"]:
+                if x["total"]["duplicated"] < 300:
+                    fail("pid %d: %d duplicated pages, expected >= 300 (dup, and unique found in the other)" %
+                         (x["pid"], x["total"]["duplicated"]))
+            say("pids %s %s (same contents): %d pages more saved between them (111 constructed)" % (pid, pid2, between))
+        finally:
+            q.stdin.close()
+            q.wait()
+        # 3. errors: no process, not a number, unreadable (as nobody), bad options
+        for args, want, text in ((["999999999"], 1, "no process 999999999"), (["abc"], 2, "not a process id"),
+                                 ([], 2, "no process given"), ([pid, "--frobnicate"], 2, "unknown option"),
+                                 ([pid, "--samples", "0"], 2, "a positive number"),
+                                 ([pid, "--interval", "x"], 2, "a number of seconds"),
+                                 ([pid, "--range", "0x1000"], 2, "expected ADDR:LEN"),
+                                 (["--", os.path.join(tmp, "missing")], 127, "command not found"),
+                                 ([pid, "--", "true"], 2, "not both")):
+            r = run([locus, "dedup"] + args, want=want)
+            if text not in r.stderr:
+                fail("'locus dedup %s': message lacks '%s': %s" % (" ".join(args), text, r.stderr.strip()))
+        setpriv = shutil.which("setpriv")
+        if os.geteuid() == 0 and setpriv:
+            r = run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, locus,
+                     "dedup", pid], cwd="/")
+            if r.returncode != 1 or "permission denied" not in r.stderr:
+                fail("'locus dedup %s' as nobody exited %d: %s%s" % (pid, r.returncode, r.stdout, r.stderr))
+            say("as nobody: %s" % r.stderr.strip())
+        say("errors: no process, not a number, bad options, command not found: messages and statuses ok")
+    finally:
+        p.stdin.close()
+        p.wait()
+    # 4. -- CMD: the traced arrays, sampled until the command exits
+    png = os.path.join(tmp, "dedup.png")
+    r = run([locus, "dedup", "--threshold", "256k", "--interval", "0.2", "--json", "--plot", png, "--",
+             dedup_case, "2"], want=0)
+    rep = json.loads(r.stdout[r.stdout.index("{"):])
+    ready = r.stdout.split("\n", 1)[0].split()
+    arrays = {}
+    for x in ready[2:]:
+        name, rng = x.split("=", 1)
+        arrays[name] = (int(rng.split(":")[0], 16), int(rng.split(":")[1]))
+    if rep["exit_status"] != 0 or len(rep["samples"]) < 3:
+        fail("-- CMD: exit status %s, %d samples (expected 0 and >= 3)" % (rep["exit_status"], len(rep["samples"])))
+    proc = [x for x in rep["processes"] if x["pid"] == int(ready[1])]
+    if not proc:
+        fail("-- CMD: the command's process %s is not in the report" % ready[1])
+    rows = proc[0]["arrays"]
+    if [x["size"] for x in rows] != [1228800, 819200, 409600]:
+        fail("-- CMD: traced arrays of %s bytes, expected the three of dedup_case" % [x["size"] for x in rows])
+    dedup_check_arrays(rows, arrays, "locus dedup -- CMD")
+    sites = [x.get("site", "") for x in rows]
+    if not all(x.startswith("dedup_case.c:") for x in sites):
+        fail("-- CMD: call sites %s, expected lines of dedup_case.c" % sites)
+    hist = rep["stability"]
+    if not hist or not sum(b["changed"] for b in hist) >= 16 or not sum(b["unchanged_at_end"] for b in hist) >= 600:
+        fail("-- CMD: stability histogram %s: expected the 16 rewritten pages changed and >= 600 pages the same" % hist)
+    try:
+        import matplotlib  # noqa: F401
+        if not os.path.getsize(png):
+            fail("--plot wrote an empty file")
+    except ImportError:
+        pass
+    say("-- CMD: %d samples, the three traced arrays counted exactly at %s, stability histogram: ok" % (
+        len(rep["samples"]), ", ".join(sites)))
+
+
 try:
-    {"align": check_align, "pages": check_pages, "bad_input": check_bad_input, "trace": check_trace, "rss": check_rss}[mode]()
+    {"align": check_align, "pages": check_pages, "bad_input": check_bad_input, "trace": check_trace, "rss": check_rss,
+     "dedup": check_dedup}[mode]()
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 say("PASS")
