@@ -130,7 +130,7 @@ static int map_readonly(slot_t *s) {
     os_close(rfd);
     return EAGAIN;
   }
-  s->base = os_map_file(rfd, s->len, false);
+  s->base = os_shm_map(rfd, s->len, false);
   int err = errno;
   os_close(rfd);
   return s->base ? 0 : err;
@@ -140,7 +140,7 @@ static int map_readonly(slot_t *s) {
 static int initialise(slot_t *s, void (*init)(void *, size_t, void *), void *arg) {
   size_t page = os_page_size();
   int r = os_file_resize(s->fd, (int64_t)s->len);
-  char *w = r ? NULL : os_map_file(s->fd, s->len, true);
+  char *w = r ? NULL : os_shm_map(s->fd, s->len, true);
   if (!r && !w) r = -errno;
   if (!r) {
     /* Bound to the node before the first touch (the file's shared policy),

@@ -55,7 +55,7 @@ int os_file_allocate(int fd, int64_t size) {
 
 int os_unlink(const char *path) { return syscall(SYS_unlinkat, AT_FDCWD, path, 0) == 0 ? 0 : -errno; }
 
-void *os_map_file(int fd, size_t len, bool writable) {
+void *os_shm_map(int fd, size_t len, bool writable) {
   void *p = mmap(NULL, len, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? NULL : p;
 }

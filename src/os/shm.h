@@ -42,7 +42,7 @@ int os_file_allocate(int fd, int64_t size);
 int os_unlink(const char *path);
 /* A shared mapping of the file's first len bytes, readable, and writable
  * when asked (fd opened for writing); NULL (errno) on failure. */
-void *os_map_file(int fd, size_t len, bool writable);
+void *os_shm_map(int fd, size_t len, bool writable);
 uint32_t os_geteuid(void);
 /* Sleeps ns nanoseconds (nanosleep, resumed after signals). */
 void os_sleep_ns(uint64_t ns);
