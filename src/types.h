@@ -72,6 +72,7 @@ typedef enum {
   REGION_SMALL = 0x51,   /* chunk carved into runs of one size class each */
   REGION_MEDIUM = 0x52,  /* chunk of boundary-tagged blocks */
   REGION_LARGE = 0x53,   /* one large block */
+  REGION_ARENA = 0x54,   /* an arena heap's chunk: blocks cut by a pointer bump (heap/user.c) */
 } region_kind_t;
 
 struct source_s;

@@ -25,9 +25,8 @@ static void *heap_alloc_checked(locus_heap_t *h, size_t size, size_t align, bool
 }
 
 LOCUS_EXPORT void *locus_heap_malloc(locus_heap_t *h, size_t size) {
-  uheap_check(h, "locus_heap_malloc");
-  if (likely(size <= SMALL_MAX)) return uheap_malloc_small(h, size);
-  return heap_alloc_checked(h, size, ALIGN_MIN, false, "locus_heap_malloc");
+  if (unlikely(size > MAX_REQUEST)) return heap_alloc_checked(h, size, ALIGN_MIN, false, "locus_heap_malloc");
+  return uheap_malloc(h, size);
 }
 
 LOCUS_EXPORT void *locus_heap_calloc(locus_heap_t *h, size_t n, size_t size) {
@@ -70,6 +69,9 @@ void *locus_heap_realloc_in(locus_heap_t *u, void *p, region_t *r, size_t usable
     if (size > SMALL_MAX && size <= locus_opt.large_threshold && uheap_owns(sub) &&
         medium_resize_in_place(sub, (chunk_t *)r, p, size))
       q = p;
+    break;
+  case REGION_ARENA:                   /* stays while it fits; else moved (the old block stays too) */
+    if (size <= usable) q = p;
     break;
   case REGION_LARGE:                   /* never moved by mremap: its header is on its heap's list */
     if (size > locus_opt.large_threshold) q = large_resize_in_place((large_t *)r, p, size);

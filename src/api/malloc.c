@@ -191,6 +191,11 @@ static NOINLINE void free_other(void *p, region_t *r, const char *fn) {
     else remote_push(owner, p);
     return;
   }
+  if (r->kind == REGION_ARENA) {          /* arena blocks go only with their heap's reset or destroy */
+    arena_usable(p, fn);
+    uheap_free_check(r->heap, p, fn);
+    locus_fatal("%s(): %p is a block of an arena heap", fn, p);
+  }
   if (r->kind == REGION_LARGE) {
     large_t *l = large_check(r, p, fn);
     if (unlikely(l->r.heap->place == PLACE_USER)) uheap_free_check(l->r.heap, p, fn);
@@ -333,6 +338,7 @@ static size_t usable_checked(const void *p, region_t *r, const char *fn) {
     medium_check((chunk_t *)r, p, fn, ((chunk_t *)r)->r.heap->main == locus_tls_heap);
     return medium_usable(p);
   case REGION_LARGE: return large_usable(large_check(r, p, fn));
+  case REGION_ARENA: return arena_usable(p, fn);
   }
   locus_fatal("%s(): invalid pointer %p (unknown region kind)", fn, p);
 }

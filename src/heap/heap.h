@@ -214,6 +214,13 @@ typedef struct heap_s {
   struct heap_s *next_usub;
   struct heap_s *next_in_user; /* PLACE_USER: the next sub-heap of the same user heap */
   uint64_t uallocs;            /* PLACE_USER: blocks handed out (its thread writes, reports read) */
+  /* An arena's sub-heap (LOCUS_HEAP_ARENA): blocks up to the large threshold
+   * are cut from its arena chunks by a pointer bump, each after a 16-byte
+   * header (its size, a tag); reset sends the bump back to the first chunk. */
+  char *bump, *bump_end;
+  chunk_t *arena_chunks;       /* in order of use: the current one, then the free ones kept by a reset */
+  chunk_t *arena_cur;
+  bool arena;                  /* a sub-heap of a LOCUS_HEAP_ARENA heap */
   struct large_s *large_list;  /* PLACE_USER: its live large blocks (under `lock`) */
   size_t limit;                /* PLACE_USER: its user heap's limit (0: none) */
   struct heap_s *next_orphan;

@@ -274,6 +274,7 @@ static void sub_init(heap_t *sub, heap_t *main, uheap_t *u) {
   /* No node a heap's cache_node can equal: other heaps' blocks never enter
    * this sub-heap's thread cache (a capture must hand out only u's blocks). */
   sub->node = CACHE_NODE_NONE + 1;
+  sub->arena = u->flags & LOCUS_HEAP_ARENA;
   sub->tid = main->tid;
   heap_set_state(sub, main->state);
 }
@@ -333,10 +334,112 @@ static void growth_for(const heap_t *h, size_t size, size_t align, size_t *bytes
   }
 }
 
+/* ---- arenas: a pointer bump over arena chunks ---------------------------- */
+
+#define ARENA_HDR 16u                  /* before each block: its usable size and a tag */
+#define ARENA_FIRST offsetof(chunk_t, runs)   /* the chunk header used: region, links, hiwater */
+#define ARENA_TAG ((uintptr_t)0x4c4f4355534152ull)
+typedef struct { size_t size; uintptr_t tag; } arena_hdr_t;
+
+/* A block of `size` bytes aligned on `align` (<= the page) from the current
+ * arena chunk, or NULL when it has no room. */
+static ALWAYS_INLINE void *arena_bump(heap_t *sub, size_t size, size_t align) {
+  char *b = sub->bump;
+  char *p = (char *)align_up((uintptr_t)b + ARENA_HDR, align);
+  size_t n = align_up(size ? size : 1, 16);
+  if (unlikely(!b || p + n > sub->bump_end)) return NULL;
+  sub->bump = p + n;
+  arena_hdr_t *h = (arena_hdr_t *)(p - ARENA_HDR);
+  h->size = n;
+  h->tag = (uintptr_t)p ^ ARENA_TAG;
+  return p;
+}
+
+/* A new arena chunk for `need` more bytes: a 4 MiB chunk, or from a user
+ * segment the largest extent that holds it. NULL when the heap has no room. */
+static chunk_t *arena_chunk_new(heap_t *sub, size_t need) {
+  size_t size = CHUNK_SIZE;
+  if (sub->source->user) {
+    size_t most = usrc_largest(sub->source) & ~(size_t)(PAGE_SIZE - 1);
+    if (most < size) size = most;
+    if (size < SLICE_SIZE || size < need) return NULL;
+  }
+  if (!heap_room(sub, size)) return NULL;
+  chunk_t *c = (chunk_t *)source_alloc(sub->source, size, SRC_CHUNK | SRC_EXACT);
+  if (!c) return NULL;
+  c->r.kind = REGION_ARENA;
+  c->r.heap = sub;
+  c->r.node = (uint8_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
+  if (!registry_add(&c->r)) {
+    source_free(&c->r);
+    return NULL;
+  }
+  source_advise_merge(&c->r, true);
+  c->next = c->prev = NULL;
+  heap_stat_add_shared(&sub->st_chunk_bytes, c->r.size);
+  return c;
+}
+
+/* The bump moves to the next chunk kept by a reset that holds `need`
+ * bytes, or to a new chunk at the end of the list. */
+static NOINLINE bool arena_refill(heap_t *sub, size_t need) {
+  need += ARENA_FIRST;
+  chunk_t *c = sub->arena_cur ? sub->arena_cur->next : sub->arena_chunks;
+  while (c && c->r.size < need) c = c->next;
+  if (!c) {
+    c = arena_chunk_new(sub, need);
+    if (!c) return false;
+    chunk_t **link = &sub->arena_chunks;
+    while (*link) link = &(*link)->next;
+    *link = c;
+  }
+  sub->arena_cur = c;
+  sub->bump = (char *)c + ARENA_FIRST;
+  sub->bump_end = (char *)c + c->r.size;
+  return true;
+}
+
+/* An arena's block up to the large threshold; calloc clears it unless its
+ * chunk is fresh from the OS (a chunk kept by a reset is not: r.zeroed). */
+static void *arena_alloc(heap_t *sub, size_t size, size_t align, bool zero) {
+  void *p = arena_bump(sub, size, align);
+  if (!p) {
+    if (!arena_refill(sub, size + align + ARENA_HDR)) return NULL;
+    p = arena_bump(sub, size, align);
+  }
+  if (p && zero && !sub->arena_cur->r.zeroed) memset(p, 0, size);
+  return p;
+}
+
+static bool arena_fits(const heap_t *sub, size_t size, size_t align) {
+  return sub->arena && size <= locus_opt.large_threshold && align <= os_page_size();
+}
+
+size_t arena_usable(const void *p, const char *fn) {
+  const arena_hdr_t *h = (const arena_hdr_t *)((const char *)p - ARENA_HDR);
+  if (((uintptr_t)p & 15) || h->tag != ((uintptr_t)p ^ ARENA_TAG))
+    locus_fatal("%s(): invalid pointer %p (not the start of a block of an arena heap)", fn, p);
+  return h->size;
+}
+
+/* Reset: the bump goes back to the first chunk, whose bytes are no longer
+ * known zero; destroy: the chunks go. */
+static void arena_drop(heap_t *sub, bool keep) {
+  for (chunk_t *c = sub->arena_chunks, *next; c; c = next) {
+    next = c->next;
+    if (keep) c->r.zeroed = false;
+    else registry_remove(&c->r), source_free(&c->r);
+  }
+  if (!keep) sub->arena_chunks = NULL;
+  sub->arena_cur = NULL;
+  sub->bump = sub->bump_end = NULL;
+}
+
 /* A small request that found no small chunk (a segment too short or not
  * aligned for one) is served by a medium block: every free, realloc and
  * size query works on it the same. */
 static void *alloc_in(heap_t *sub, size_t size, size_t align, bool zero) {
+  if (arena_fits(sub, size, align)) return arena_alloc(sub, size, align, zero);
   void *p = heap_alloc(sub, size, align, zero);
   if (!p && sub->source->user && size <= SMALL_MAX && align <= locus_opt.large_threshold / 4)
     p = medium_alloc(sub, size, align < ALIGN_MIN ? ALIGN_MIN : align, zero);
@@ -368,21 +471,42 @@ static ALWAYS_INLINE void count_alloc(heap_t *sub) {
 void *uheap_alloc(uheap_t *u, size_t size, size_t align, bool zero) {
   int saved = errno;                   /* a first attempt that fails before a growth sets it */
   heap_t *sub = sub_of(u);
-  void *p = likely(sub) ? heap_alloc(sub, size, align, zero) : NULL;
+  void *p = NULL;
+  if (likely(sub)) p = arena_fits(sub, size, align) ? arena_alloc(sub, size, align, zero) : heap_alloc(sub, size, align, zero);
   if (unlikely(!p) && sub) p = alloc_grow(u, sub, size, align, zero);
   if (p) count_alloc(sub);
   errno = p ? saved : ENOMEM;
   return p;
 }
 
-void *uheap_malloc_small(uheap_t *u, size_t size) {
-  heap_t *sub = sub_of(u);
-  void *p = likely(sub) ? heap_malloc(sub, size) : NULL;
+/* Not the heap used last, a destroyed heap, a miss of the bump or of the
+ * owner's pop: the checks, then the general path. */
+static NOINLINE void *malloc_slow(uheap_t *u, size_t size) {
+  uheap_check(u, "locus_heap_malloc");
+  return uheap_alloc(u, size, ALIGN_MIN, false);
+}
+
+/* A sub-heap that is no arena: the owner's path of malloc. */
+static NOINLINE void *sub_malloc(uheap_t *u, heap_t *sub, size_t size) {
+  void *p = heap_malloc(sub, size);
   if (likely(p)) {
     count_alloc(sub);
     return p;
   }
-  return uheap_alloc(u, size, ALIGN_MIN, false);
+  return malloc_slow(u, size);
+}
+
+/* locus_heap_malloc: the sub-heap used last (its `user` is NULL once the
+ * heap is destroyed: the slow path then aborts naming it), then the bump of
+ * an arena or the owner's path of malloc. Only tail calls: no stack frame. */
+void *uheap_malloc(uheap_t *u, size_t size) {
+  heap_t *sub = last_sub;
+  if (unlikely(last_u != u) || unlikely(sub->user != u) || unlikely(size > SMALL_MAX)) return malloc_slow(u, size);
+  if (!sub->arena) return sub_malloc(u, sub, size);
+  void *p = arena_bump(sub, size, ALIGN_MIN);
+  if (unlikely(!p)) return malloc_slow(u, size);
+  count_alloc(sub);
+  return p;
 }
 
 bool uheap_owns(const heap_t *sub) { return sub->main == heap_thread_main(); }
@@ -452,6 +576,7 @@ static void drop_chunk(heap_t *h, chunk_t *c, bool keep) {
  * nobody may use the heap's blocks. */
 static void drop_sub(heap_t *h, bool keep) {
   heap_lock(h);
+  arena_drop(h, keep);
   for (large_t *l = h->large_list; l;) {
     large_t *next = ((large_user_t *)l)->next;
     if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);

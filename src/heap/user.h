@@ -17,10 +17,10 @@ void uheap_drop(uheap_t *u, bool keep, const char *fn);
 void uheap_check(const uheap_t *u, const char *fn);
 /* An allocation from u by any thread (from its own sub-heap of u), with
  * growth through the user's source; NULL + ENOMEM when the heap is
- * exhausted or at its limit. uheap_malloc_small: the same for malloc's
- * alignment, its fast path first. */
+ * exhausted or at its limit. uheap_malloc: locus_heap_malloc, its fast
+ * path first (checks u only when it is not the heap this thread used last). */
 void *uheap_alloc(uheap_t *u, size_t size, size_t align, bool zero);
-void *uheap_malloc_small(uheap_t *u, size_t size);
+void *uheap_malloc(uheap_t *u, size_t size);
 /* Whether the calling thread owns sub-heap `sub` (may resize its blocks in place). */
 bool uheap_owns(const heap_t *sub);
 source_t *uheap_source(const uheap_t *u);
@@ -30,6 +30,8 @@ const char *uheap_name(const uheap_t *u);
 /* The user heap of a heap record (NULL for the default heaps and for a
  * destroyed heap's sub-heap). */
 static inline uheap_t *uheap_of_heap(const heap_t *h) { return h->place == PLACE_USER ? h->user : NULL; }
+/* The usable bytes of an arena's block; aborts naming fn on a pointer that is not one. */
+size_t arena_usable(const void *p, const char *fn);
 /* free() of a block of user heap u: aborts when u is an arena. */
 void uheap_free_check(const heap_t *owner, const void *p, const char *fn);
 /* Large blocks of user heaps are on their heap's list (large.c). */

@@ -115,7 +115,8 @@ static void registry_set(region_t *r, uintptr_t value) {
 bool registry_add_reserved(region_t *r, registry_resv_t *rv) {
   uintptr_t start = (uintptr_t)r;
   LOCUS_ASSERT((start & (os_page_size() - 1)) == 0 && r->size % PAGE_SIZE == 0);
-  LOCUS_ASSERT(r->kind == REGION_SMALL || r->kind == REGION_MEDIUM || r->kind == REGION_LARGE);
+  LOCUS_ASSERT(r->kind == REGION_SMALL || r->kind == REGION_MEDIUM || r->kind == REGION_LARGE ||
+               r->kind == REGION_ARENA);
   if (r->size < SLICE_SIZE) locus_fatal("internal error: region %p of %zu bytes is below a slice", r, r->size);
   /* Leaves first: a failure leaves nothing half-recorded. */
   uintptr_t first = start >> SLICE_SHIFT, last = (start + r->size - 1) >> SLICE_SHIFT;
