@@ -33,13 +33,15 @@ static locus_heap_config_t cfg_default(void) {
   return c;
 }
 
-/* A segment with PROT_NONE guard pages on both sides: a touch outside it faults. */
+/* A segment with PROT_NONE guard pages on both sides: a touch outside it
+ * faults. Aligned on 64 KiB, locus's page granule on aarch64. */
 static char *guarded(size_t size) {
   size_t g = 64 * 1024;
-  char *p = mmap(NULL, size + 2 * g, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  char *p = mmap(NULL, size + 3 * g, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   CHECK(p != MAP_FAILED, "mmap");
-  CHECK(mprotect(p + g, size, PROT_READ | PROT_WRITE) == 0, "mprotect");
-  return p + g;
+  char *seg = (char *)(((uintptr_t)p + 2 * g - 1) & ~(uintptr_t)(g - 1));
+  CHECK(mprotect(seg, size, PROT_READ | PROT_WRITE) == 0, "mprotect");
+  return seg;
 }
 
 static void basic(void) {
