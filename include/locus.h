@@ -188,10 +188,11 @@ typedef struct locus_stats {
  * over locus's own memory placed on one node or interleaved. Its blocks are
  * ordinary blocks: free, realloc (the block stays in its heap),
  * malloc_usable_size and C++ delete work on them, from any thread. Any
- * thread may allocate from any heap (one lock per heap serialises the
- * allocations; frees take no lock). locus_heap_destroy drops every block at
- * once, in time proportional to the heap's memory segments, not its blocks;
- * locus_heap_reset does the same and keeps the memory for the next round.
+ * thread may allocate from any heap without a lock (each thread gets a
+ * sub-heap of its own); frees take no lock. locus_heap_destroy drops every
+ * block at once, in time proportional to the heap's memory segments, not its
+ * blocks; locus_heap_reset does the same and keeps the memory for the next
+ * round.
  * After S. Valat, PhD thesis, 2014, §4.13 (heaps over special segments). */
 typedef struct locus_heap locus_heap_t;
 
@@ -199,8 +200,8 @@ typedef struct locus_heap locus_heap_t;
  * power of two, at least the page size) or NULL when exhausted; unmap gets
  * back exactly what one map returned, when the heap is destroyed (unmap may
  * be NULL: the memory is then left to you). map is called with the heap's
- * allocation lock held (it may call malloc, which then uses the thread's
- * default heap, never this one); unmap with no lock held. */
+ * lock held (it may call malloc, which then uses the thread's default heap,
+ * never this one); unmap with no lock held. */
 typedef struct locus_source_ops {
   void *(*map)(void *ctx, size_t size, size_t align);
   void (*unmap)(void *ctx, void *p, size_t size);
@@ -233,7 +234,8 @@ typedef struct locus_heap_config {
  * when no record can be had. */
 locus_heap_t *locus_heap_create(const locus_heap_config_t *cfg);
 /* Every block still in the heap is gone; its memory goes back to its source
- * (locus's memory to the OS, a segment to you). No thread may use the heap
+ * (locus's memory to locus's source, which keeps it or releases it as the
+ * profile says, as for freed blocks; a segment to you). No thread may use the heap
  * or its blocks meanwhile. Destroying a heap twice, or one that a thread has
  * captured, aborts with a message naming it (a record is reused after 64
  * other heaps died: a handle that stale is no longer recognised). */

@@ -125,21 +125,42 @@ region_t *file_region_new(size_t len) {
   return r;
 }
 
-/* The pages of [p, p + n pages) that the private view changed (anonymous:
- * present or swapped, not the file's page), into dst; all of them when
- * pagemap cannot tell. */
-static void copy_changed(char *dst, const char *src, size_t n) {
-  uint64_t e[512];
-  for (size_t done = 0; done < n;) {
-    size_t k = n - done < 512 ? n - done : 512;
-    long got = os_pagemap_read(((uintptr_t)src + done * PAGE_SIZE) / PAGE_SIZE, k, e);
-    for (size_t i = 0; i < k; i++) {
-      bool known = got > 0 && (long)i < got;
-      bool changed = !known || ((e[i] >> 63 & 1) && !(e[i] >> 61 & 1)) || (e[i] >> 62 & 1);
-      if (changed) memcpy(dst + (done + i) * PAGE_SIZE, src + (done + i) * PAGE_SIZE, PAGE_SIZE);
+/* Whether /proc/self/pagemap can be believed here: the region's header page,
+ * anonymous and just written, must read present and not a file page (an
+ * emulator such as qemu-user shows the host's entries, not the program's). */
+static bool pagemap_sane(const region_t *r) {
+  uint64_t e;
+  return os_pagemap_read((uintptr_t)r / os_page_size(), 1, &e) == 1 && (e >> 63 & 1) && !(e >> 61 & 1);
+}
+
+/* Into dst, the kernel pages of [src, src + len) that the private view
+ * changed since its file froze: those pagemap shows as anonymous (present
+ * and not the file's page, or swapped out). Where pagemap cannot be read or
+ * believed, each page is compared with the file's (a read-only view of it):
+ * the changed ones are copied. */
+static void copy_changed(char *dst, const char *src, size_t len, const region_t *from, int fd, size_t foff) {
+  size_t kp = os_page_size(), n = len / kp;
+  if (pagemap_sane(from)) {
+    uint64_t e[512];
+    bool ok = true;
+    for (size_t done = 0; done < n && ok;) {
+      size_t k = n - done < 512 ? n - done : 512;
+      long got = os_pagemap_read(((uintptr_t)src + done * kp) / kp, k, e);
+      if (got != (long)k) {
+        ok = false;
+        break;
+      }
+      for (size_t i = 0; i < k; i++)
+        if (((e[i] >> 63 & 1) && !(e[i] >> 61 & 1)) || (e[i] >> 62 & 1))
+          memcpy(dst + (done + i) * kp, src + (done + i) * kp, kp);
+      done += k;
     }
-    done += k;
+    if (ok) return;
   }
+  const char *file = os_map_file(NULL, len, fd, foff, false);
+  for (size_t i = 0; i < n; i++)
+    if (!file || memcmp(file + i * kp, src + i * kp, kp)) memcpy(dst + i * kp, src + i * kp, kp);
+  if (file) os_unmap((void *)file, len);
 }
 
 region_t *file_region_copy(region_t *from, uintptr_t src, size_t len, size_t *inpage) {
@@ -168,7 +189,7 @@ region_t *file_region_copy(region_t *from, uintptr_t src, size_t len, size_t *in
   r->zeroed = 0;
   *file_info(r) = (file_info_t){.file = f, .foff = po, .flen = span};
   /* What the source wrote since the file froze is in its private pages only. */
-  copy_changed(view, (const char *)(pages + (po - fi->foff)), span / PAGE_SIZE);
+  copy_changed(view, (const char *)(pages + (po - fi->foff)), span, from, f->fd, po);
   return r;
 }
 
