@@ -320,6 +320,73 @@ static void reset_calloc(void) {
   locus_heap_destroy(h);
 }
 
+/* ---- arenas: the bump's blocks ------------------------------------------- */
+static void arena_blocks(void) {
+  locus_heap_config_t c = cfg_default();
+  c.flags = LOCUS_HEAP_ARENA;
+  c.name = "arena-blocks";
+  locus_heap_t *h = locus_heap_create(&c);
+  for (int round = 0; round < 3; round++) {
+    char *p[64];
+    for (int i = 0; i < 64; i++) {
+      size_t n = (size_t)i * 977 + 1;
+      p[i] = locus_heap_malloc(h, n);
+      CHECK(p[i] && ((uintptr_t)p[i] & 15) == 0, "arena block aligned");
+      CHECK(malloc_usable_size(p[i]) >= n && locus_heap_of(p[i]) == h, "usable and heap_of");
+      memset(p[i], 0xcd, n);
+    }
+    for (int i = 1; i < 64; i++) CHECK((unsigned char)p[i - 1][0] == 0xcd, "no overlap");
+    char *z = locus_heap_calloc(h, 1, 50000);
+    for (size_t k = 0; k < 50000; k++) CHECK(!z[k], "arena calloc zero (round %d)", round);
+    memset(z, 0xee, 50000);
+    char *a = locus_heap_aligned_alloc(h, 4096, 100);
+    CHECK(a && ((uintptr_t)a & 4095) == 0 && locus_heap_of(a) == h, "arena aligned");
+    char *big = locus_heap_malloc(h, 3 * MiB);       /* a large block, dropped with the arena */
+    CHECK(big && locus_heap_of(big) == h, "arena large block");
+    ifill(p[5], 100);
+    char *q = realloc(p[5], 200000);                 /* moves; the old block stays */
+    CHECK(q && locus_heap_of(q) == h && iverify(q, 100), "arena realloc");
+    CHECK(realloc(q, 10) == q, "arena shrink stays");
+    locus_heap_reset(h);
+  }
+  locus_stats_t st;
+  locus_heap_stats(h, &st);
+  CHECK(st.bytes_in_use >= 4 * MiB && st.bytes_in_use <= 12 * MiB, "reset keeps the arena chunks: %llu",
+        (unsigned long long)st.bytes_in_use);
+  locus_heap_destroy(h);
+}
+
+/* ---- a heap used by several threads: a sub-heap each ---------------------- */
+static locus_heap_t *multi;
+static pthread_barrier_t multi_bar;
+static void *multi_thread(void *arg) {
+  for (int i = 0; i < 1000; i++) CHECK(locus_heap_malloc(multi, 64), "thread alloc");
+  void *p = locus_heap_malloc(multi, 100);
+  pthread_barrier_wait(&multi_bar);      /* all four alive at once: four default heaps */
+  return p;
+}
+
+static void sub_heaps(void) {
+  locus_heap_config_t c = cfg_default();
+  c.limit = 24 * MiB;
+  multi = locus_heap_create(&c);
+  pthread_barrier_init(&multi_bar, NULL, 4);
+  pthread_t t[4];
+  void *r[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, multi_thread, NULL);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], &r[i]);
+  locus_stats_t st;
+  locus_heap_stats(multi, &st);
+  CHECK(st.heaps_live == 4 && st.cache_hits == 4004, "4 sub-heaps (%llu), 4004 blocks (%llu)",
+        (unsigned long long)st.heaps_live, (unsigned long long)st.cache_hits);
+  for (int i = 0; i < 4; i++) free(r[i]);          /* blocks of exited threads' sub-heaps */
+  /* the limit counts every sub-heap: 4 threads' chunks hold 16 MiB, room for 2 more chunks */
+  int n = 0;
+  while (locus_heap_malloc(multi, 1000000) && n < 100) n++;
+  CHECK(errno == ENOMEM && n >= 1 && n < 24, "the limit over all sub-heaps: %d large blocks", n);
+  locus_heap_destroy(multi);
+}
+
 /* ---- capture --------------------------------------------------------------- */
 static void capture(void) {
   locus_heap_config_t c = cfg_default();
@@ -497,6 +564,8 @@ int main(void) {
   user_source();
   million();
   reset_calloc();
+  arena_blocks();
+  sub_heaps();
   capture();
   capture_thread_exit();
   threads_one_heap();
