@@ -18,7 +18,7 @@
  * ksm_merging_pages (/proc/PID/ksm_stat) and Rss, Pss (/proc/PID/smaps_rollup),
  * with KSM's system-wide pages_sharing and full_scans. After the steps it keeps
  * sampling until merging has not grown for --settle seconds (2) or --hold-max
- * seconds (60) have passed since the steps began (--hold S: exactly S seconds,
+ * seconds (60) have passed since the steps ended (--hold S: exactly S seconds,
  * for locus dedup to read the ranks), then lets the ranks check their data
  * (every page of the table, void and uniform cells and records; every 37th
  * unique cell against its value recomputed without the table) and exit.
@@ -252,6 +252,7 @@ static run_t run_once(const cfg_t *g, const char *mode, int rep) {
   setenv("LOCUS_KSM", mode, 1);
   int rp[2], gp[MAXR][2];
   if (pipe(rp)) die("pipe");
+  fcntl(rp[0], F_SETFD, FD_CLOEXEC);
   pid_t pid[MAXR];
   char self[4096];
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -261,6 +262,7 @@ static run_t run_once(const cfg_t *g, const char *mode, int rep) {
   double t0 = now();
   for (int r = 0; r < ranks; r++) {
     if (pipe(gp[r])) die("pipe");
+    fcntl(gp[r][1], F_SETFD, FD_CLOEXEC);   /* a rank sees EOF when the parent dies */
     pid[r] = fork();
     if (pid[r] < 0) die("fork");
     if (!pid[r]) {
@@ -307,7 +309,7 @@ static run_t run_once(const cfg_t *g, const char *mode, int rep) {
     snprintf(phase, sizeof phase, "%s#%d:%s", mode, rep, done < ranks ? "steps" : "hold");
     if (!g->quiet) print_sample(t - t_ready, phase, s);
     if (done < ranks) continue;
-    if (g->hold >= 0 ? t - t_done >= g->hold : t - last_growth >= g->settle || t - t_ready >= g->hold_max) break;
+    if (g->hold >= 0 ? t - t_done >= g->hold : t - last_growth >= g->settle || t - t_done >= g->hold_max) break;
   }
   R.held_s = now() - t_ready;
   R.t90 = -1;

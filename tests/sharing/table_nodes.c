@@ -103,6 +103,7 @@ static int child(int idx, int node, const char *name, size_t size, int rfd, int 
   rep_t r = {.idx = idx, .node = node, .ok = 1};
   char c;
   if (bind_node(node)) snprintf(r.why, sizeof r.why, "cannot bind to node %d", node), r.ok = 0;
+  locus_rebind();                         /* the heap follows the new binding (docs/numa.md) */
   r.thread_node = locus_thread_node();
   void *t = r.ok ? locus_shared_table(name, size, fill, &r.inits) : NULL;
   if (r.ok && !t) snprintf(r.why, sizeof r.why, "locus_shared_table: %s", strerror(errno)), r.ok = 0;
@@ -197,7 +198,7 @@ int main(int argc, char **argv) {
     printf("%4d  %10d  %17d  %13d  %13ld  %9ld  %6ld  %5d  %14ld  %15ld%s%s\n", i, x->node, x->thread_node,
            x->node_of, x->on_node, x->elsewhere, x->absent, x->inits, x->pss_shared, x->pss_private,
            x->ok ? "" : "  FAIL: ", x->ok ? "" : x->why);
-    if (!x->ok || x->sum != r[0].sum || x->node_of != x->node || x->elsewhere || x->absent ||
+    if (!x->ok || x->sum != r[0].sum || x->node_of != x->node || x->thread_node != x->node || x->elsewhere || x->absent ||
         x->on_node != (long)(size / PAGE))
       fail = 1;
     if (!(used & (1ul << x->node))) used |= 1ul << x->node, nodes_used++;
