@@ -279,8 +279,9 @@ int locus_merge(void *p, size_t len);
 int locus_unmerge(void *p, size_t len);
 /* A zero-filled block whose pages are a memory file's (memfd), so that
  * locus_cow_copy can share them: free, realloc (it stays shareable) and
- * malloc_usable_size work on it. NULL with errno ENOMEM, or ENOSYS without
- * memfd. Costs a file descriptor while it (or a copy of it) lives. */
+ * malloc_usable_size work on it. NULL with errno ENOMEM, ENOSYS without
+ * memfd, EMFILE without a file descriptor left: it costs one while it (or a
+ * copy of it) lives. */
 void *locus_malloc_shareable(size_t size);
 /* A copy of [src, src + len), which must lie inside one shareable block (or
  * a copy), that shares src's pages until either side writes: each side then
@@ -306,7 +307,9 @@ void *locus_cow_copy(const void *src, size_t len);
  * (page-aligned), or NULL with errno = EINVAL (name NULL, empty, longer than
  * LOCUS_SHARED_TABLE_NAME_MAX bytes or holding '/'; size 0), EEXIST (the
  * table exists with another size), ENOSYS (no /dev/shm), EDEADLK (init asks
- * for its own table), EMFILE (64 tables mapped by the process), ENOMEM,
+ * for its own table; two inits asking for each other's table wait for ever,
+ * as nested pthread_once would), EMFILE (64 tables mapped by the process,
+ * or no file descriptor left), ENOMEM,
  * EACCES (the file under that name belongs to another user), or the error of
  * the file system. Every successful call is matched by a release; the last
  * release in a process unmaps its view, and the table is removed when no

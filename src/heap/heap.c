@@ -287,6 +287,8 @@ static size_t medium_chunk_size(void) {
 
 size_t heap_chunk_bytes(region_kind_t kind) { return kind == REGION_SMALL ? CHUNK_SIZE : medium_chunk_size(); }
 
+static chunk_t *chunk_alloc(heap_t *h, region_kind_t kind, size_t size);
+
 chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
   size_t size = kind == REGION_SMALL ? CHUNK_SIZE : medium_chunk_size();
   if (unlikely(h->place == PLACE_USER)) {
@@ -299,7 +301,14 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
       if (size < SLICE_SIZE) return NULL;
     }
     if (!heap_room(h, size)) return NULL;
+    chunk_t *c = chunk_alloc(h, kind, size);
+    heap_room_done(h, size);
+    return c;
   }
+  return chunk_alloc(h, kind, size);
+}
+
+static chunk_t *chunk_alloc(heap_t *h, region_kind_t kind, size_t size) {
   chunk_t *c;
   /* Small chunks are aligned on their size (SRC_ALIGNED); a spare that was a
    * medium chunk is only by chance. */
@@ -383,6 +392,7 @@ static void heap_abandon(void *arg) {
   heap_t *h = arg;
   if (h) uheap_capture_end(h);         /* a capture ends with its thread */
   if (!h || locus_tls_heap != h) return;
+  uheap_thread_forget();               /* its sub-heaps go with h */
   /* The thread cache stays with the heap, without other heaps' blocks
    * (tcache_t): the thread that adopts it next (thread churn: a pool that
    * is torn down and made again) starts with the blocks this one freed

@@ -333,8 +333,14 @@ static inline heap_t *heap_thread_main(void) {
 /* Whether a user sub-heap may take `bytes` more of memory (its user heap's
  * limit, over all its sub-heaps), noting the heap's peak (heap/user.c). */
 bool uheap_room(const heap_t *sub, size_t bytes);
+void uheap_room_done(const heap_t *sub, size_t bytes);
+/* heap_room reserves the bytes under a limit; heap_room_done, once the
+ * growth is counted (or failed), ends the reservation. */
 static inline bool heap_room(const heap_t *h, size_t bytes) {
   return h->place != PLACE_USER || uheap_room(h, bytes);
+}
+static inline void heap_room_done(const heap_t *h, size_t bytes) {
+  if (h->place == PLACE_USER) uheap_room_done(h, bytes);
 }
 void heap_collect(heap_t *h);
 /* Collects orphaned heaps that other threads freed into (any thread may

@@ -75,6 +75,9 @@ size_t large_region_bytes(const heap_t *h, size_t size, size_t align) {
   return region_bytes(off + (align > os_page_size() ? align : 0), size);
 }
 
+static void *large_alloc_in(heap_t *h, source_t *src, size_t total, bool huge, size_t off, size_t slack,
+                            size_t room, size_t size, size_t align, bool zero);
+
 void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   if (align > PTRDIFF_MAX / 4) {      /* no address space has room for it */
     errno = ENOMEM;
@@ -94,15 +97,25 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   }
   size_t total = region_bytes(off + slack, size);
   bool huge = !src->user && want_huge(total);      /* the user's memory is never advised */
-  if (unlikely(h->limit) && !heap_room(h, total)) {
-    errno = ENOMEM;
-    return NULL;
-  }
   /* eco too (its huge blocks exist only with the kernel's page reuse): a
    * tail left in 4 KiB pages costs a fault and a zap per page at every
    * allocation, about 256 pages per block, where a pooled huge page costs
    * one of each; huge_round() bounds the extra footprint to 1/8. */
   if (huge) total = huge_round(total);
+  if (unlikely(h->place == PLACE_USER)) {   /* under a limit, reserved until counted */
+    if (!heap_room(h, total)) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    void *p = large_alloc_in(h, src, total, huge, off, slack, room, size, align, zero);
+    heap_room_done(h, total);
+    return p;
+  }
+  return large_alloc_in(h, src, total, huge, off, slack, room, size, align, zero);
+}
+
+static void *large_alloc_in(heap_t *h, source_t *src, size_t total, bool huge, size_t off, size_t slack,
+                            size_t room, size_t size, size_t align, bool zero) {
   region_t *r = source_alloc(src, total, huge ? SRC_HUGE : 0);
   if (!r) {
     errno = ENOMEM;
@@ -304,6 +317,9 @@ void *large_resize_in_place(large_t *l, void *p, size_t size) {
     l->user_size = size;
     return p;
   }
-  if (!heap_room(l->r.heap, total - l->r.size)) return NULL;
-  return large_extend(l, size, total) ? p : NULL;
+  size_t more = total - l->r.size;
+  if (!heap_room(l->r.heap, more)) return NULL;
+  bool ok = large_extend(l, size, total);
+  heap_room_done(l->r.heap, more);
+  return ok ? p : NULL;
 }

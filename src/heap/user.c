@@ -62,6 +62,7 @@ struct locus_heap {
   unsigned id;
   atomic_int captures;
   atomic_size_t peak;          /* highest memory held seen at a growth */
+  atomic_size_t pending;       /* with a limit: bytes reserved by growths in progress (uheap_room) */
   char name[48];
   struct locus_heap *next, *prev;   /* live list, or (next) the dead queue */
 };
@@ -182,6 +183,7 @@ static void record_init(uheap_t *u, const locus_heap_config_t *cfg, source_t *us
   u->flags = cfg->flags;
   u->id = ++next_id;
   atomic_store(&u->peak, 0);
+  atomic_store(&u->pending, 0);
   atomic_store(&u->captures, 0);
   const char *name = cfg->struct_size > offsetof(locus_heap_config_t, name) ? cfg->name : NULL;
   if (name) snprintf(u->name, sizeof u->name, "%s", name);
@@ -253,15 +255,29 @@ static size_t held_bytes(const uheap_t *u) {
   return n;
 }
 
+/* With a limit the bytes are reserved (`pending`) until the growth is
+ * counted in its sub-heap (uheap_room_done): threads growing the heap at
+ * once cannot pass the limit together. */
 bool uheap_room(const heap_t *sub, size_t bytes) {
-  const uheap_t *u = sub->user;
+  uheap_t *u = sub->user;
   if (!u) return false;
   size_t held = held_bytes(u) + bytes;
-  if (u->limit && held > u->limit) return false;
+  if (u->limit) {
+    held += atomic_fetch_add(&u->pending, bytes);
+    if (held > u->limit) {
+      atomic_fetch_sub(&u->pending, bytes);
+      return false;
+    }
+  }
   size_t peak = atomic_load_explicit(&u->peak, memory_order_relaxed);
-  while (held > peak && !atomic_compare_exchange_weak(&((uheap_t *)u)->peak, &peak, held)) {
+  while (held > peak && !atomic_compare_exchange_weak(&u->peak, &peak, held)) {
   }
   return true;
+}
+
+void uheap_room_done(const heap_t *sub, size_t bytes) {
+  uheap_t *u = sub->user;
+  if (u && u->limit) atomic_fetch_sub(&u->pending, bytes);
 }
 
 /* A sub-heap record set up for u, owned by the thread of `main`. */
@@ -311,6 +327,15 @@ static NOINLINE heap_t *sub_slow(uheap_t *u) {
   last_u = u;
   last_sub = sub;
   return sub;
+}
+
+/* The thread gives its default heap up (exit, rebind): its sub-heaps go with
+ * it, to the thread that adopts it; the lookup must not find them again
+ * (a later destructor of this thread allocating would share a sub-heap
+ * with the adopter). */
+void uheap_thread_forget(void) {
+  last_u = NULL;
+  last_sub = NULL;
 }
 
 static ALWAYS_INLINE heap_t *sub_of(uheap_t *u) {
@@ -366,17 +391,21 @@ static chunk_t *arena_chunk_new(heap_t *sub, size_t need) {
   }
   if (!heap_room(sub, size)) return NULL;
   chunk_t *c = (chunk_t *)source_alloc(sub->source, size, SRC_CHUNK | SRC_EXACT);
-  if (!c) return NULL;
-  c->r.kind = REGION_ARENA;
-  c->r.heap = sub;
-  c->r.node = (uint8_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
-  if (!registry_add(&c->r)) {
-    source_free(&c->r);
-    return NULL;
+  if (c) {
+    c->r.kind = REGION_ARENA;
+    c->r.heap = sub;
+    c->r.node = (uint8_t)(c->r.source->node < 0 ? NODE_NONE : c->r.source->node);
+    if (!registry_add(&c->r)) {
+      source_free(&c->r);
+      c = NULL;
+    }
   }
-  source_advise_merge(&c->r, true);
-  c->next = c->prev = NULL;
-  heap_stat_add_shared(&sub->st_chunk_bytes, c->r.size);
+  if (c) {
+    source_advise_merge(&c->r, true);
+    c->next = c->prev = NULL;
+    heap_stat_add_shared(&sub->st_chunk_bytes, c->r.size);
+  }
+  heap_room_done(sub, size);
   return c;
 }
 
@@ -411,8 +440,11 @@ static void *arena_alloc(heap_t *sub, size_t size, size_t align, bool zero) {
   return p;
 }
 
+/* Blocks up to the large threshold that an arena chunk can hold (the
+ * threshold may be set above a chunk); the rest are large blocks. */
 static bool arena_fits(const heap_t *sub, size_t size, size_t align) {
-  return sub->arena && size <= locus_opt.large_threshold && align <= os_page_size();
+  return sub->arena && size <= locus_opt.large_threshold && align <= os_page_size() &&
+         size + align + ARENA_HDR + ARENA_FIRST <= CHUNK_SIZE;
 }
 
 size_t arena_usable(const void *p, const char *fn) {
@@ -454,7 +486,8 @@ static NOINLINE void *alloc_grow(uheap_t *u, heap_t *sub, size_t size, size_t al
   if (p || !u->usrc || size > (size_t)PTRDIFF_MAX / 2) return p;
   size_t bytes, galign;
   growth_for(sub, size, align, &bytes, &galign);
-  if (!uheap_room(sub, bytes)) return NULL;
+  if (!uheap_room(sub, bytes)) return NULL;   /* a first look: the chunk's allocation reserves */
+  uheap_room_done(sub, bytes);
   in_user++;
   lock_acquire(&u->lock);
   bool grown = usrc_grow(u->usrc, bytes, galign);

@@ -41,6 +41,8 @@ void uheap_large_unlink(large_t *l);
 uheap_t *uheap_capture(uheap_t *u, int *err);
 /* An allocation that reached a slow path of a capture trampoline. */
 void *uheap_captured_alloc(heap_t *tramp, size_t size, size_t align, bool zero);
+/* The thread gives its default heap up: forgets the sub-heap it used last. */
+void uheap_thread_forget(void);
 /* Thread exit: ends the thread's capture; its heap pointer is the main heap again. */
 void uheap_capture_end(heap_t *main);
 int uheap_stats(uheap_t *u, locus_stats_t *st);
