@@ -60,10 +60,9 @@ static void heap_reset_classes(heap_t *h) {
   for (unsigned i = 0; i < NUM_CLASSES; i++) h->cur[i] = &locus_empty_run;
 }
 
-/* A new, empty heap record on the all-heaps list; caller holds heaps_lock. */
-static heap_t *heap_new_locked(void) {
-  heap_t *h = heap_record_new();
-  if (!h) return NULL;
+/* Every field of h zero but its lock, its sentinel runs, its thread cache's
+ * bounds and its defaults (a main heap of no thread yet). */
+static void heap_fields_init(heap_t *h) {
   memset(h, 0, sizeof *h);
   lock_init(&h->lock, LOCK_RANK_HEAP);
   heap_reset_classes(h);
@@ -71,6 +70,13 @@ static heap_t *heap_new_locked(void) {
   h->main = h;
   h->place = PLACE_MAIN;
   h->cache_node = CACHE_NODE_NONE;     /* until a thread is bound to it */
+}
+
+/* A new, empty heap record on the all-heaps list; caller holds heaps_lock. */
+static heap_t *heap_new_locked(void) {
+  heap_t *h = heap_record_new();
+  if (!h) return NULL;
+  heap_fields_init(h);
   h->next_all = all_heaps;
   all_heaps = h;
   return h;
@@ -86,13 +92,7 @@ heap_t *heap_new_detached(void) {
 void heap_record_clear_kept(heap_t *h) {
   lock_acquire(&heaps_lock);           /* reports read the record under it */
   heap_t *next = h->next_all, *next_usub = h->next_usub;
-  memset(h, 0, sizeof *h);
-  lock_init(&h->lock, LOCK_RANK_HEAP);
-  heap_reset_classes(h);
-  small_cache_init(h);
-  h->main = h;
-  h->place = PLACE_MAIN;
-  h->cache_node = CACHE_NODE_NONE;
+  heap_fields_init(h);
   h->next_all = next;
   h->next_usub = next_usub;
   lock_release(&heaps_lock);
