@@ -111,9 +111,9 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
  * locus_malloc_interleaved, from chunks of that placement only. */
 #define PLACE_MAIN (-1)
 #define PLACE_INTERLEAVE TOPO_MAX_NODES
-/* A user heap's record (heap/user.c): any thread allocates from it under
- * the user heap's lock, acting as its owner meanwhile; every free of its
- * blocks takes the remote path (no thread has it as its heap). */
+/* A user sub-heap (heap/user.c): a thread's own heap record for one user
+ * heap, hung off the thread's main heap like a placed sub-heap; its
+ * thread's frees are local, other threads' remote. */
 #define PLACE_USER (TOPO_MAX_NODES + 1)
 /* A thread's capture trampoline (heap/user.c): the thread's heap pointer
  * while it has captured a user heap. It owns nothing; its runs are all the
@@ -736,8 +736,9 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero);
 void large_free(large_t *l);
 void *large_realloc(large_t *l, void *p, size_t size);
 large_t *large_check(region_t *r, const void *p, const char *fn);
-/* A user heap's realloc (under its allocation lock): the block stays where it
- * is (shrunk, or grown over the free memory behind it), else NULL. */
+/* A user heap's realloc, by any thread (a large block has no owner state):
+ * the block stays where it is (shrunk, or grown over the free memory behind
+ * it), else NULL. */
 void *large_resize_in_place(large_t *l, void *p, size_t size);
 /* The region bytes large_alloc(h, size, align) asks its source for (no huge-page rounding). */
 size_t large_region_bytes(const heap_t *h, size_t size, size_t align);

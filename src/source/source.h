@@ -101,7 +101,7 @@ void sources_validate(void);
  * source_resize refuses (no mremap of the user's memory). Its regions carry
  * REGION_USER (never known zero: calloc clears them with stores). More
  * memory comes only from usrc_grow, which calls the user's map with no
- * locus lock held but the heap's allocation lock. Metadata (the extent and
+ * locus lock held but the heap's own lock. Metadata (the extent and
  * piece tables) lives in locus's own memory, outside the user's. */
 source_t *usrc_new(void *segment, size_t size, const locus_source_ops_t *ops);
 /* Asks the user's map for `size` bytes aligned on `align` and adds them; false

@@ -50,7 +50,7 @@ typedef enum {
   LOCK_RANK_NEXT_TOUCH = 30,
   LOCK_RANK_FAULT = 35,
   LOCK_RANK_HEAPS = 40,
-  LOCK_RANK_USER_HEAP = 45,            /* a user heap's allocation lock (heap/user.c) */
+  LOCK_RANK_USER_HEAP = 45,            /* a user heap's lock: growth, new sub-heaps, drop (heap/user.c) */
   LOCK_RANK_HEAP = 50,
   LOCK_RANK_SOURCE = 60,
   LOCK_RANK_USER_SOURCE = 65,          /* a user heap's memory (source/user.c) */
