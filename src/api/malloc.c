@@ -116,15 +116,6 @@ static unsigned aligned_class(size_t size, size_t align) {
   return c;
 }
 
-void *locus_alloc_aligned(size_t size, size_t align) {
-  if (align <= ALIGN_MIN) return locus_malloc(size);
-  if (unlikely(size > MAX_REQUEST)) return fail_enomem();
-  heap_t *h = heap_get();              /* first: it initialises the class table, see malloc_other */
-  unsigned c = aligned_class(size, align);
-  if (c < NUM_CLASSES) return small_alloc(h, c);
-  return big_alloc_in(h, size, align, false);
-}
-
 void *heap_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   if (unlikely(size > MAX_REQUEST)) return fail_enomem();
   unsigned c = align <= ALIGN_MIN ? (size <= SMALL_MAX ? size_class(size) : NUM_CLASSES) : aligned_class(size, align);
@@ -134,6 +125,12 @@ void *heap_alloc(heap_t *h, size_t size, size_t align, bool zero) {
     return p;
   }
   return big_alloc_in(h, size, align < ALIGN_MIN ? ALIGN_MIN : align, zero);
+}
+
+void *locus_alloc_aligned(size_t size, size_t align) {
+  if (align <= ALIGN_MIN) return locus_malloc(size);
+  /* heap_get() first: it initialises the class table, see malloc_other */
+  return heap_alloc(heap_get(), size, align, false);
 }
 
 LOCUS_EXPORT void *locus_calloc(size_t count, size_t size) {

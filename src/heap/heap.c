@@ -38,22 +38,13 @@ atomic_int locus_init_state;
 LOCK_STATIC(heaps_lock, LOCK_RANK_HEAPS, "heaps (all heaps, orphans, heap records)")
 static heap_t *all_heaps;
 static heap_t *orphans;
-static char *arena_next, *arena_end;
+static os_slab_t records;             /* heap records (under heaps_lock) */
 static pthread_key_t exit_key;
 static bool exit_key_ok;
 
 static heap_t *heap_record_new(void) {
   size_t sz = align_up(sizeof(heap_t), CACHE_LINE);
-  if ((size_t)(arena_end - arena_next) < sz) {
-    size_t len = 64 * sz;
-    char *p = os_map(len);
-    if (!p) return NULL;
-    arena_next = p;
-    arena_end = p + len;
-  }
-  heap_t *h = (heap_t *)arena_next;
-  arena_next += sz;
-  return h;
+  return os_slab_take(&records, sz, 64 * sz);
 }
 
 static void heap_reset_classes(heap_t *h) {

@@ -222,7 +222,6 @@ typedef struct heap_s {
   chunk_t *arena_cur;
   bool arena;                  /* a sub-heap of a LOCUS_HEAP_ARENA heap */
   struct large_s *large_list;  /* PLACE_USER: its live large blocks (under `lock`) */
-  size_t limit;                /* PLACE_USER: its user heap's limit (0: none) */
   struct heap_s *next_orphan;
   long tid;
   int node;
@@ -358,8 +357,8 @@ void heap_record_clear_kept(heap_t *h);
 /* The heap list's lock, for a user heap's drop (heap/user.c). */
 void heaps_lock_all(void);
 void heaps_unlock_all(void);
-/* A user heap dropped every block: its run lists, stacks and (unless
- * keep_chunks) its chunk lists start over; the thread cache stays off. */
+/* A user heap dropped every block: its run lists, stacks, thread cache and
+ * (unless keep_chunks) its chunk lists start over. */
 void heap_record_restart(heap_t *h, bool keep_chunks);
 void heap_chunk_release(heap_t *h, chunk_t *c);
 /* Unlinks an empty chunk and gives it to the source (no spare); h->lock held. */

@@ -57,7 +57,6 @@ struct locus_heap {
   source_t *src;               /* where its memory comes from */
   source_t *usrc;              /* its user source (== src), or NULL (locus's memory) */
   size_t limit;
-  int node;
   unsigned flags;              /* LOCUS_HEAP_ARENA */
   unsigned id;
   atomic_int captures;
@@ -74,7 +73,7 @@ LOCK_STATIC(list_lock, LOCK_RANK_USER_HEAP - 1, "user heaps (the list)")
 static uheap_t *live, *dead_head, *dead_tail;
 static size_t ndead;
 static unsigned next_id;
-static char *rec_next, *rec_end;
+static os_slab_t records;             /* descriptors (under list_lock) */
 
 static void uheaps_each_lock(void (*fn)(lock_t *)) {
   for (uheap_t *u = live; u; u = u->next) fn(&u->lock);
@@ -99,16 +98,7 @@ static uheap_t *record_get(void) {
     return u;
   }
   size_t sz = align_up(sizeof(uheap_t), CACHE_LINE);
-  if ((size_t)(rec_end - rec_next) < sz) {
-    size_t len = 64 * sz;
-    char *p = os_map(len);
-    if (!p) return NULL;
-    rec_next = p;
-    rec_end = p + len;
-  }
-  uheap_t *u = (uheap_t *)rec_next;
-  rec_next += sz;
-  return u;
+  return os_slab_take(&records, sz, 64 * sz);
 }
 
 static void live_link(uheap_t *u) {
@@ -179,7 +169,6 @@ static void record_init(uheap_t *u, const locus_heap_config_t *cfg, source_t *us
   else if (cfg->node >= 0) u->src = source_of_node(cfg->node);
   else u->src = source_for_node(-1);
   u->limit = cfg->limit;
-  u->node = cfg->node;
   u->flags = cfg->flags;
   u->id = ++next_id;
   atomic_store(&u->peak, 0);
@@ -286,7 +275,6 @@ static void sub_init(heap_t *sub, heap_t *main, uheap_t *u) {
   sub->place = PLACE_USER;
   sub->user = u;
   sub->source = u->src;
-  sub->limit = u->limit;
   /* No node a heap's cache_node can equal: other heaps' blocks never enter
    * this sub-heap's thread cache (a capture must hand out only u's blocks). */
   sub->node = CACHE_NODE_NONE + 1;

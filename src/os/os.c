@@ -103,6 +103,18 @@ void *os_map_aligned_reusable(size_t size, size_t align, bool *zeroed) {
   return p;
 }
 
+void *os_slab_take(os_slab_t *s, size_t size, size_t len) {
+  if ((size_t)(s->end - s->next) < size) {
+    char *p = os_map(len);
+    if (!p) return NULL;
+    s->next = p;
+    s->end = p + len;
+  }
+  void *r = s->next;
+  s->next += size;
+  return r;
+}
+
 bool os_advise_huge(void *p, size_t size) {
   stat_add(&locus_stats.madvises, 1);
   return madvise(p, size, MADV_HUGEPAGE) == 0;

@@ -44,6 +44,11 @@ int os_memfd(size_t size);
 void os_memfd_close(int fd);
 /* Maps [off, off+size) of the file at `at` (MAP_FIXED; NULL: anywhere), shared or private. */
 void *os_map_file(void *at, size_t size, int fd, size_t off, bool shared);
+/* Records that are never unmapped (heap records, user heap descriptors,
+ * memory-file records), cut from mappings of `len` bytes: a stale pointer to
+ * one always names valid memory. The caller serialises the calls. */
+typedef struct { char *next, *end; } os_slab_t;
+void *os_slab_take(os_slab_t *s, size_t size, size_t len);
 /* Fresh private anonymous pages at `at` (MAP_FIXED). */
 void *os_map_fixed(void *at, size_t size);
 /* ---- clearing recycled memory for calloc (zero.c) ------------------------ */

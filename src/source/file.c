@@ -44,7 +44,7 @@ typedef struct mfile_s {
 static void files_freeze_all(void);
 LOCK_STATIC_FORK(file_lock, LOCK_RANK_USER_SOURCE + 1, "memory files (shareable blocks)", files_freeze_all, NULL)
 static mfile_t *files, *free_recs;
-static char *rec_next, *rec_end;
+static os_slab_t records;             /* file records (under file_lock) */
 
 static mfile_t *rec_get(void) {
   mfile_t *f = free_recs;
@@ -52,15 +52,7 @@ static mfile_t *rec_get(void) {
     free_recs = f->next;
     return f;
   }
-  if ((size_t)(rec_end - rec_next) < sizeof *f) {
-    char *p = os_map(PAGE_SIZE);
-    if (!p) return NULL;
-    rec_next = p;
-    rec_end = p + PAGE_SIZE;
-  }
-  f = (mfile_t *)rec_next;
-  rec_next += sizeof *f;
-  return f;
+  return os_slab_take(&records, sizeof *f, PAGE_SIZE);
 }
 
 file_info_t *file_info(region_t *r) { return (file_info_t *)((char *)r + FILE_INFO_OFF); }
