@@ -293,9 +293,15 @@ def run_one(argv, env, timeout, scratch):
     fe = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     fi = os.open(os.devnull, os.O_RDONLY)
     actions = [(os.POSIX_SPAWN_DUP2, fi, 0), (os.POSIX_SPAWN_DUP2, fo, 1), (os.POSIX_SPAWN_DUP2, fe, 2)]
+    # Ctrl-C stays pending from the spawn until the wait below is in place:
+    # a SIGINT in between would leave a run behind that ignores it.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     t0 = time.perf_counter()
     try:
-        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsigmask=mask)
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
     finally:
         for fd in (fo, fe, fi):
             os.close(fd)
@@ -324,19 +330,23 @@ def run_one(argv, env, timeout, scratch):
     timer = threading.Timer(timeout, kill)
     timer.daemon = True
     timer.start()
-    while True:
-        try:
-            _, status, ru = os.wait4(pid, 0)
-            break
-        except InterruptedError:
-            continue
-        except KeyboardInterrupt:     # Ctrl-C: the run in flight is dropped, its process too
-            timer.cancel()
+    waited = None
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)   # a pending Ctrl-C is raised here
+        while waited is None:
+            try:
+                waited = os.wait4(pid, 0)
+            except InterruptedError:
+                continue
+    except KeyboardInterrupt:     # Ctrl-C: the run in flight is dropped, its process too
+        timer.cancel()
+        if waited is None:
             kill()
             os.waitpid(pid, 0)
-            if pidfd is not None:
-                os.close(pidfd)
-            raise
+        if pidfd is not None:
+            os.close(pidfd)
+        raise
+    _, status, ru = waited
     wall = time.perf_counter() - t0
     with lock:
         reaped.append(True)
