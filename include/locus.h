@@ -322,6 +322,25 @@ void *locus_shared_table(const char *name, size_t size,
  * already released as many times as it was returned). */
 int locus_shared_table_release(void *table);
 
+/* ---- Overlap (liblocus-overlap.so; docs/overlap.md) -----------------------
+ * The interface of the overlap library (blocking MPI calls run in the
+ * background, buffers guarded by page protection), not meant for programs.
+ * locus_overlap_enable: from now on, blocks of at least min_bytes (0: off)
+ * from the default heaps are memory-file-backed, page-aligned large blocks.
+ * locus_overlap_span: when [p, p + len) lies in one such block (not frozen
+ * by a fork or locus_cow_copy), the pages covering it (start, len) and the
+ * same pages in a shadow view with normal permissions (shadow); else -1,
+ * EINVAL. locus_overlap_protect: those pages' protection: 0 none, 1 read,
+ * 3 read-write. locus_overlap_hooks: `fault` is offered each SIGSEGV after
+ * next touch (non-zero: handled, the access is retried; async-signal-safe),
+ * `quiesce` runs before a memory-file block is freed or frozen, with its
+ * pages. 0, or -1 with errno. */
+typedef struct { void *start; size_t len; void *shadow; } locus_overlap_span_t;
+int locus_overlap_enable(size_t min_bytes);
+int locus_overlap_span(const void *p, size_t len, locus_overlap_span_t *out);
+int locus_overlap_protect(void *start, size_t len, int prot);
+int locus_overlap_hooks(int (*fault)(void *addr, int access_error), void (*quiesce)(void *start, size_t len));
+
 /* Fill *st with process-wide totals. */
 void locus_stats_get(locus_stats_t *st);
 

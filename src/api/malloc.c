@@ -65,6 +65,12 @@ static NOINLINE void *big_alloc_in(heap_t *h, size_t size, size_t align, bool ze
   if (unlikely(size > MAX_REQUEST)) return fail_enomem();
   if (unlikely(h->place == PLACE_CAPTURE)) return uheap_captured_alloc(h, size, align, zero);
   void *p;
+  /* Overlap on (docs/overlap.md): blocks the overlap library may protect
+   * are memory-file regions, so that the MPI runtime can use a shadow view. */
+  size_t ovmin = atomic_load_explicit(&file_overlap_min, memory_order_relaxed);
+  if (unlikely(ovmin) && size >= ovmin && align <= PAGE_SIZE && h->place == PLACE_MAIN &&
+      (p = large_file_alloc(h, size)) != NULL)
+    return p;
   if (size <= locus_opt.large_threshold && align <= locus_opt.large_threshold / 4 &&
       size + align <= locus_opt.large_threshold)
     p = medium_alloc(h, size, align, zero);

@@ -202,6 +202,7 @@ void *large_file_copy(heap_t *h, large_t *from, const void *src, size_t len) {
 void large_free(large_t *l) {
   if (unlikely(locus_trace_on)) trace_free((char *)l + l->user_off);
   if (unlikely(l->r.flags & REGION_FILE)) {     /* a shareable block: not the sources' memory */
+    file_quiesce(&l->r);                        /* overlap: its transfers end first */
     l->magic = 0;
     atomic_fetch_sub_explicit(&l->r.heap->st_large_bytes, l->r.size, memory_order_relaxed);
     registry_remove(&l->r);

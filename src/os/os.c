@@ -222,6 +222,11 @@ bool os_protect(void *p, size_t size, bool accessible) {
   return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }
 
+bool os_protect_mode(void *p, size_t size, int prot) {
+  int m = prot == 3 ? PROT_READ | PROT_WRITE : prot == 1 ? PROT_READ : PROT_NONE;
+  return mprotect(p, size, m) == 0;
+}
+
 /* ---- the SIGSEGV handler (next touch) ------------------------------------
  * Installed once; every fault is offered to `fault_ours` first. The
  * program's own disposition of SIGSEGV (the one it had before, and any it
@@ -235,7 +240,10 @@ bool os_protect(void *p, size_t size, bool accessible) {
 extern int __sigaction(int sig, const struct sigaction *act, struct sigaction *old);  /* glibc's own */
 extern sighandler_t bsd_signal(int sig, sighandler_t handler);                      /* glibc's signal() */
 
-static os_fault_fn fault_ours;
+/* The engines asking about each fault, in the order they were installed
+ * (next touch, the overlap library's protection: docs/overlap.md). */
+#define FAULT_ENGINES 4
+static _Atomic(os_fault_fn) fault_ours[FAULT_ENGINES];
 LOCK_STATIC(fault_lock, LOCK_RANK_FAULT, "fault handler install") /* installing and the program's changes */
 static atomic_bool fault_installed;
 /* The program's disposition, published as a seqlock (odd: being written)
@@ -315,7 +323,13 @@ static void fault_chain(int sig, siginfo_t *info, void *uctx) {
 
 static void fault_handler(int sig, siginfo_t *info, void *uctx) {
   int saved = errno;
-  if (!fault_ours || !fault_ours(info->si_addr, info->si_code == SEGV_ACCERR)) fault_chain(sig, info, uctx);
+  bool ours = false;
+  for (int i = 0; i < FAULT_ENGINES && !ours; i++) {
+    os_fault_fn fn = atomic_load_explicit(&fault_ours[i], memory_order_acquire);
+    if (!fn) break;
+    ours = fn(info->si_addr, info->si_code == SEGV_ACCERR);
+  }
+  if (!ours) fault_chain(sig, info, uctx);
   errno = saved;
 }
 
@@ -324,11 +338,14 @@ bool os_fault_handler_install(os_fault_fn ours) {
   struct sigaction cur, sa;
   bool ok = __sigaction(SIGSEGV, NULL, &cur) == 0;
   bool armed = ok && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == fault_handler;
+  int i = 0;
+  while (i < FAULT_ENGINES && atomic_load(&fault_ours[i]) && atomic_load(&fault_ours[i]) != ours) i++;
+  if (i == FAULT_ENGINES) ok = false;  /* more engines than slots: cannot happen (two exist) */
+  else if (!atomic_load(&fault_ours[i])) atomic_store_explicit(&fault_ours[i], ours, memory_order_release);
   if (ok && !armed) {
     if (atomic_load(&fault_installed))
       locus_warn("the program replaced locus's SIGSEGV handler without sigaction() (faults on ranges "
                  "pending next touch went to its handler); re-installed, chaining to the program's");
-    fault_ours = ours;
     prog_set(&cur);                    /* the program's: chained to */
     fault_action(&sa);
     ok = __sigaction(SIGSEGV, &sa, NULL) == 0;

@@ -139,7 +139,11 @@ int os_current_node(void);
 
 /* ---- protection and faults (next-touch) ----------------------------------- */
 bool os_protect(void *p, size_t size, bool accessible);
-/* Installs a SIGSEGV handler that asks `ours` about each fault (the address,
+/* Read-only (prot 1), no access (0) or read-write (3): the overlap library's
+ * protection of buffers in transfer (docs/overlap.md). */
+bool os_protect_mode(void *p, size_t size, int prot);
+/* Installs a SIGSEGV handler that asks `ours` (and the engines installed
+ * before it: next touch, overlap; up to 4) about each fault (the address,
  * and whether it is an access error, SEGV_ACCERR): true means handled, the
  * access is retried; a fault it does not claim goes to the program's own
  * disposition (the one installed before, or set later with sigaction or

@@ -57,6 +57,30 @@ static mfile_t *rec_get(void) {
 
 file_info_t *file_info(region_t *r) { return (file_info_t *)((char *)r + FILE_INFO_OFF); }
 
+_Atomic size_t file_overlap_min;
+void (*_Atomic file_quiesce_hook)(void *start, size_t len);
+
+void file_quiesce(region_t *r) {
+  void (*q)(void *, size_t) = atomic_load_explicit(&file_quiesce_hook, memory_order_acquire);
+  if (q) q((char *)r + PAGE_SIZE, file_info(r)->flen);
+}
+
+void *file_region_shadow(region_t *r) {
+  file_info_t *fi = file_info(r);
+  lock_acquire(&file_lock);
+  mfile_t *f = fi->file;
+  void *sh = NULL;
+  if (f->shared_at == (char *)r + PAGE_SIZE) {      /* still the file's own view (not frozen) */
+    sh = atomic_load(&fi->shadow);
+    if (!sh) {
+      sh = os_map_file(NULL, fi->flen, f->fd, fi->foff, true);
+      if (sh) atomic_store_explicit(&fi->shadow, sh, memory_order_release);
+    }
+  }
+  lock_release(&file_lock);
+  return sh;
+}
+
 /* The view of f stops being shared: the same pages, mapped private (file_lock held). */
 static bool freeze(mfile_t *f) {
   if (!f->shared_at) return true;
@@ -162,6 +186,7 @@ region_t *file_region_copy(region_t *from, uintptr_t src, size_t len, size_t *in
   size_t po = so & ~(size_t)(PAGE_SIZE - 1);
   *inpage = so - po;
   size_t span = align_up(*inpage + len, PAGE_SIZE);
+  file_quiesce(from);                              /* transfers on the source end first */
   lock_acquire(&file_lock);
   mfile_t *f = fi->file;
   bool ok = freeze(f);                             /* the source's writes stop reaching the file */
@@ -200,6 +225,8 @@ void file_region_free(region_t *r) {
   }
   int fd = f->fd;
   lock_release(&file_lock);
+  void *sh = atomic_load(&file_info(r)->shadow);
+  if (sh) os_unmap(sh, file_info(r)->flen);
   os_unmap(r, r->size);
   if (last) os_memfd_close(fd);
 }

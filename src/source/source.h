@@ -140,6 +140,7 @@ typedef struct {
   struct mfile_s *file;
   size_t foff;                 /* offset in the file of the region's first file page */
   size_t flen;                 /* bytes of the file mapped after the header page */
+  void *_Atomic shadow;        /* overlap: a second shared view of the file pages, or NULL */
 } file_info_t;
 #define FILE_INFO_OFF 64
 file_info_t *file_info(region_t *r);
@@ -150,7 +151,22 @@ region_t *file_region_new(size_t len);
  * `from` (a REGION_FILE region): from's file is frozen first; *inpage is
  * src's offset in its page. NULL with errno. */
 region_t *file_region_copy(region_t *from, uintptr_t src, size_t len, size_t *inpage);
-/* Unmaps the region; the file closes with its last region. */
+/* Unmaps the region (and its shadow); the file closes with its last region. */
 void file_region_free(region_t *r);
+
+/* ---- overlap (docs/overlap.md) --------------------------------------------
+ * With overlap on, large blocks of at least file_overlap_min bytes (0: off)
+ * are memory-file regions, so that the overlap library can protect their
+ * pages and give the MPI runtime a *shadow*: a second shared view of the
+ * same file pages, mapped once per region at its first use, unmapped with
+ * it. NULL when the region's file is frozen (after a fork or a copy-on-write
+ * copy: its view is private, no longer the file's). */
+extern _Atomic size_t file_overlap_min;
+void *file_region_shadow(region_t *r);
+/* Called (when set) before a memory-file block is freed, frozen or marked
+ * for next touch, with the block's file pages: the overlap library waits
+ * there for the transfers that use them. */
+extern void (*_Atomic file_quiesce_hook)(void *start, size_t len);
+void file_quiesce(region_t *r);
 
 #endif /* LOCUS_SOURCE_H */

@@ -1,0 +1,858 @@
+/* liblocus-overlap.so: blocking MPI point-to-point calls run in the
+ * background, kept correct by page protection. This is Commmama (B. Lescouet,
+ * PhD thesis, 2021, "Memory management for operating systems and runtimes",
+ * Ch.3) built on locus: the same three layers, written anew.
+ *
+ * - Interception (PMPI): MPI_Send, MPI_Ssend, MPI_Rsend, MPI_Recv,
+ *   MPI_Sendrecv and MPI_Sendrecv_replace start the non-blocking equivalent
+ *   and return at once when their buffers can be guarded; every other MPI
+ *   call this library wraps (drain_wrappers.inc: waits, tests, probes,
+ *   collectives, communicator and window calls, MPI_Finalize...) first
+ *   completes everything pending (ov_drain). Requests are posted in program
+ *   order, so MPI's own non-overtaking rule keeps the order of messages.
+ * - Offload: one progress thread tests the pending requests (MPI_Testsome),
+ *   with a short backoff while they are pending and asleep on a condition
+ *   when nothing is.
+ * - Protection: a buffer inside a memory-file-backed large block of locus
+ *   (locus_overlap_enable makes blocks of at least LOCUS_OVERLAP_MIN bytes
+ *   such blocks) has its pages made read-only (send) or inaccessible
+ *   (receive) while the transfer runs; MPI gets the same pages through a
+ *   shadow view with normal permissions (locus_overlap_span), so the
+ *   runtime never faults. A page shared by several pending requests gets
+ *   the intersection of their permissions (the thesis's merged request);
+ *   an access of the program faults, and the handler (chained in locus's
+ *   SIGSEGV handler, locus_overlap_hooks) waits for the requests on that
+ *   page, whose completion restores the permissions. A request whose bytes
+ *   overlap a pending request that writes them (or a receive overlapping
+ *   anything pending) waits for it first (the thesis's serialisation).
+ *
+ * Buffers that cannot be guarded (stack, globals, small blocks, another
+ * allocator's memory, a block frozen by fork): a send of at most
+ * LOCUS_OVERLAP_COPY_MAX bytes is copied into a private buffer and sent
+ * from there; anything else, and every receive whose status the program
+ * asks for (the status is written before the call returns), blocks as
+ * without this library, after completing what is pending.
+ *
+ * Errors: argument errors come from the non-blocking call at the place the
+ * blocking call would have returned them (same error handler). An error
+ * found at completion (truncation, a failed peer) is raised through the
+ * communicator's error handler at the next call that completes pending
+ * requests, and returned by it. docs/overlap.md has the rest: thread
+ * levels, system calls on guarded buffers, free, fork, costs. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "locus.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define LOCUS_OV_TLS __thread __attribute__((tls_model("initial-exec")))
+#define OV_MAX 1024                    /* requests pending at once; more: the call blocks */
+
+enum { OV_BEFORE, OV_ON, OV_OFF, OV_DONE };
+static _Atomic int ov_state = OV_BEFORE;
+
+typedef struct {
+  _Atomic uint32_t gen;                /* odd: pending. Fields change only while even. */
+  _Atomic uintptr_t ua, ub;            /* the request's bytes in the program's view */
+  _Atomic uintptr_t pa, pb;            /* the pages it protects, or 0, 0 */
+  int prot;                            /* 1 read-only (send), 0 none (receive) */
+  int writes;                          /* a receive: its bytes change */
+  bool reserved;                       /* taken by a poster, not pending yet (under ov_lock) */
+  MPI_Request req;
+  MPI_Comm comm;
+  void *copy;                          /* a private copy sent instead of the buffer: freed at completion */
+} ov_req_t;
+
+static ov_req_t reqs[OV_MAX];
+static _Atomic int ov_high;            /* entries in use are below this */
+static pthread_mutex_t ov_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ov_work = PTHREAD_COND_INITIALIZER, ov_done = PTHREAD_COND_INITIALIZER;
+static _Atomic int ov_pending;         /* pending entries (written under ov_lock) */
+static int ov_waiters;                 /* threads in ov_drain (under ov_lock) */
+static _Atomic int ov_urgent;          /* fault handlers and syscall guards waiting */
+static _Atomic int ov_busy;            /* completions between unpublishing and unprotecting */
+static _Atomic uint64_t ov_epoch;      /* bumped after each unprotect */
+static int ov_err;                     /* first error found at completion (under ov_lock) */
+static MPI_Comm ov_err_comm;
+static bool ov_stop;
+static pthread_t ov_thread;
+static int ov_asked = MPI_THREAD_SINGLE;   /* the level the program asked for */
+static size_t ov_min = 64 * 1024, ov_copy_max = 64 * 1024;
+static long ov_poll_us = 50;           /* the progress thread's longest sleep while requests are pending */
+static size_t ov_page = 4096;
+static LOCUS_OV_TLS int ov_self;       /* this thread is the progress thread */
+static LOCUS_OV_TLS struct { uintptr_t page; uint64_t epoch; } ov_last_retry;
+
+/* Statistics, printed at MPI_Finalize with LOCUS_OVERLAP_STATS=1. */
+static _Atomic size_t st_guarded, st_copied, st_blocked, st_faults, st_drains, st_syscall_waits;
+
+static void ov_warn(const char *msg) {
+  char buf[512];
+  int n = snprintf(buf, sizeof buf, "locus-overlap: %s\n", msg);
+  if (n > 0) {
+    ssize_t (*w)(int, const void *, size_t) = dlsym(RTLD_NEXT, "write");
+    if (w && w(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1) < 0) return;
+  }
+}
+
+static inline bool ov_active(void) { return atomic_load_explicit(&ov_state, memory_order_acquire) == OV_ON; }
+
+/* ---- protection ---------------------------------------------------------- */
+/* Sets the pages of [a, b) to the intersection of the permissions of the
+ * pending requests covering each of them (read-write where none does).
+ * ov_lock held. The boundaries of the covering requests split [a, b). */
+static void apply_prot(uintptr_t a, uintptr_t b) {
+  uintptr_t cut[2 * 64 + 2];
+  int n = 0, high = atomic_load(&ov_high);
+  cut[n++] = a;
+  cut[n++] = b;
+  for (int i = 0; i < high; i++) {
+    ov_req_t *r = &reqs[i];
+    if (!(atomic_load(&r->gen) & 1)) continue;
+    uintptr_t pa = atomic_load(&r->pa), pb = atomic_load(&r->pb);
+    if (pa >= b || pb <= a || pa == pb) continue;
+    if (n + 2 > (int)(sizeof cut / sizeof *cut)) break;   /* ignored cuts: whole pieces get the intersection */
+    if (pa > a) cut[n++] = pa;
+    if (pb < b) cut[n++] = pb;
+  }
+  for (int i = 1; i < n; i++)          /* insertion sort: few cuts */
+    for (int j = i; j > 0 && cut[j] < cut[j - 1]; j--) {
+      uintptr_t t = cut[j];
+      cut[j] = cut[j - 1];
+      cut[j - 1] = t;
+    }
+  for (int k = 0; k + 1 < n; k++) {
+    uintptr_t x = cut[k], y = cut[k + 1];
+    if (x >= y) continue;
+    int prot = 3;
+    for (int i = 0; i < high; i++) {
+      ov_req_t *r = &reqs[i];
+      if (!(atomic_load(&r->gen) & 1)) continue;
+      uintptr_t pa = atomic_load(&r->pa), pb = atomic_load(&r->pb);
+      if (pa < y && pb > x && r->prot < prot) prot = r->prot;
+    }
+    if (locus_overlap_protect((void *)x, y - x, prot) != 0) {
+      /* Only for lack of kernel VMAs (vm.max_map_count): a page left
+       * protected would fault for ever. Stop with a message. */
+      ov_warn("mprotect failed (vm.max_map_count?): aborting");
+      abort();
+    }
+  }
+}
+
+/* ---- waiting for requests (fault handler, free, system calls) ------------- */
+static void pause_short(unsigned *spins) {
+  if (++*spins < 64) {
+    sched_yield();
+  } else {
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Waits until no request pending now covers [a, b) (pages when `pages`,
+ * else the request's bytes). Async-signal-safe: atomics, sched_yield and
+ * nanosleep. Returns whether it found one. */
+static bool wait_covering(uintptr_t a, uintptr_t b, bool pages) {
+  bool found = false;
+  int high = atomic_load_explicit(&ov_high, memory_order_acquire);
+  for (int i = 0; i < high; i++) {
+    ov_req_t *r = &reqs[i];
+    uint32_t g = atomic_load_explicit(&r->gen, memory_order_acquire);
+    if (!(g & 1)) continue;
+    uintptr_t x = pages ? atomic_load_explicit(&r->pa, memory_order_relaxed) : atomic_load_explicit(&r->ua, memory_order_relaxed);
+    uintptr_t y = pages ? atomic_load_explicit(&r->pb, memory_order_relaxed) : atomic_load_explicit(&r->ub, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(&r->gen, memory_order_relaxed) != g) continue;   /* completed meanwhile */
+    if (x >= b || y <= a || x == y) continue;
+    found = true;
+    atomic_fetch_add(&ov_urgent, 1);
+    unsigned spins = 0;
+    while (atomic_load_explicit(&r->gen, memory_order_acquire) == g) pause_short(&spins);
+    atomic_fetch_sub(&ov_urgent, 1);
+  }
+  unsigned spins = 0;
+  while (atomic_load_explicit(&ov_busy, memory_order_acquire)) pause_short(&spins);   /* an unprotect in flight */
+  return found;
+}
+
+/* locus's SIGSEGV handler asks here (after next touch) about each fault. */
+static int ov_fault(void *addr, int access_error) {
+  if (!access_error) return 0;         /* protected pages give access errors only */
+  uintptr_t page = (uintptr_t)addr & ~(uintptr_t)(ov_page - 1);
+  if (wait_covering(page, page + ov_page, true)) {
+    atomic_fetch_add_explicit(&st_faults, 1, memory_order_relaxed);
+    return 1;
+  }
+  /* No request covers it now: maybe one did at the fault and completed
+   * before we looked (then ov_epoch moved and the page is accessible).
+   * Retried once per epoch value, as next touch does. */
+  uint64_t epoch = atomic_load(&ov_epoch);
+  if (ov_last_retry.page == page && ov_last_retry.epoch == epoch) {
+    ov_last_retry.page = 0;
+    return 0;
+  }
+  ov_last_retry.page = page;
+  ov_last_retry.epoch = epoch;
+  return 1;
+}
+
+/* locus calls this before a memory-file block is freed or frozen. */
+static void ov_quiesce(void *start, size_t len) {
+  if (ov_self || !atomic_load_explicit(&ov_pending, memory_order_acquire)) return;
+  wait_covering((uintptr_t)start, (uintptr_t)start + len, true);
+  wait_covering((uintptr_t)start, (uintptr_t)start + len, false);
+}
+
+/* ---- the progress thread --------------------------------------------------- */
+/* Request i completed (ov_lock held): unpublish, restore permissions, free. */
+static void finish(int i, const MPI_Status *st) {
+  ov_req_t *r = &reqs[i];
+  atomic_fetch_add(&ov_busy, 1);
+  atomic_fetch_add(&r->gen, 1);        /* even: no longer pending (handlers stop waiting once ov_busy drops) */
+  uintptr_t pa = atomic_load(&r->pa), pb = atomic_load(&r->pb);
+  if (pa != pb) apply_prot(pa, pb);
+  atomic_fetch_add(&ov_epoch, 1);
+  atomic_fetch_sub(&ov_busy, 1);
+  if (st && st->MPI_ERROR != MPI_SUCCESS && !ov_err) {
+    ov_err = st->MPI_ERROR;
+    ov_err_comm = r->comm;
+  }
+  void *copy = r->copy;
+  r->copy = NULL;
+  atomic_fetch_sub(&ov_pending, 1);
+  if (copy) free(copy);
+}
+
+static void *progress(void *arg) {
+  (void)arg;
+  ov_self = 1;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  static MPI_Request rq[OV_MAX];
+  static int map[OV_MAX], idx[OV_MAX];
+  static MPI_Status st[OV_MAX];
+  unsigned idle = 0;
+  pthread_mutex_lock(&ov_lock);
+  for (;;) {
+    while (!atomic_load(&ov_pending) && !ov_stop) pthread_cond_wait(&ov_work, &ov_lock);
+    if (!atomic_load(&ov_pending) && ov_stop) break;
+    int n = 0, high = atomic_load(&ov_high);
+    for (int i = 0; i < high; i++)
+      if (atomic_load(&reqs[i].gen) & 1) {
+        map[n] = i;
+        rq[n++] = reqs[i].req;
+      }
+    pthread_mutex_unlock(&ov_lock);
+    int out = 0;
+    int rc = PMPI_Testsome(n, rq, &out, idx, st);
+    pthread_mutex_lock(&ov_lock);
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+      /* The runtime could not test them (the error handler returned):
+       * report it, and consider them done rather than spin for ever. */
+      if (!ov_err) {
+        ov_err = rc;
+        ov_err_comm = reqs[map[0]].comm;
+      }
+      for (int k = 0; k < n; k++) finish(map[k], NULL);
+      out = n;
+    } else if (out != MPI_UNDEFINED && out > 0) {
+      for (int k = 0; k < out; k++) finish(map[idx[k]], rc == MPI_ERR_IN_STATUS ? &st[k] : NULL);
+    }
+    if (out > 0 && out != MPI_UNDEFINED) {
+      idle = 0;
+      pthread_cond_broadcast(&ov_done);
+      continue;
+    }
+    /* Nothing completed: back off, unless someone waits for these. */
+    if (ov_waiters || atomic_load(&ov_urgent)) {
+      pthread_mutex_unlock(&ov_lock);
+      sched_yield();
+      pthread_mutex_lock(&ov_lock);
+      continue;
+    }
+    idle++;
+    long us = idle < 8 ? 0 : (long)1 << (idle - 8 < 10 ? idle - 8 : 10);
+    if (us > ov_poll_us) us = ov_poll_us;
+    if (!us) {
+      pthread_mutex_unlock(&ov_lock);
+      sched_yield();
+      pthread_mutex_lock(&ov_lock);
+      continue;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += us * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&ov_work, &ov_lock, &ts);
+  }
+  pthread_mutex_unlock(&ov_lock);
+  return NULL;
+}
+
+/* Completes everything pending; returns (and raises through the
+ * communicator's error handler) an error found at completion. */
+static int ov_drain(const char *who) {
+  (void)who;
+  if (!ov_active() || ov_self) return MPI_SUCCESS;
+  pthread_mutex_lock(&ov_lock);
+  if (atomic_load(&ov_pending)) {
+    atomic_fetch_add_explicit(&st_drains, 1, memory_order_relaxed);
+    ov_waiters++;
+    pthread_cond_signal(&ov_work);
+    while (atomic_load(&ov_pending)) pthread_cond_wait(&ov_done, &ov_lock);
+    ov_waiters--;
+  }
+  int e = ov_err;
+  MPI_Comm c = ov_err_comm;
+  ov_err = 0;
+  pthread_mutex_unlock(&ov_lock);
+  if (e) PMPI_Comm_call_errhandler(c, e);
+  return e;
+}
+
+/* ---- posting ------------------------------------------------------------- */
+typedef struct {
+  uintptr_t a, b;                      /* the bytes the datatype touches */
+  bool ok;                             /* extent known */
+} span_t;
+
+static span_t span_of(const void *buf, int count, MPI_Datatype dt) {
+  span_t s = {0, 0, false};
+  if (count < 0 || dt == MPI_DATATYPE_NULL) return s;
+  if (count == 0) {
+    s.ok = true;
+    return s;
+  }
+  MPI_Aint lb, ext, tlb, text;
+  if (PMPI_Type_get_extent(dt, &lb, &ext) != MPI_SUCCESS || PMPI_Type_get_true_extent(dt, &tlb, &text) != MPI_SUCCESS)
+    return s;
+  if (ext < 0 || text < 0) return s;
+  s.a = (uintptr_t)buf + (intptr_t)tlb;
+  s.b = s.a + (uintptr_t)((MPI_Aint)(count - 1) * ext + text);
+  s.ok = s.b >= s.a;
+  return s;
+}
+
+/* A free entry, reserved (ov_lock held); -1 when the table is full. */
+static int take_slot(void) {
+  int high = atomic_load(&ov_high);
+  for (int i = 0; i < high; i++)
+    if (!(atomic_load(&reqs[i].gen) & 1) && !reqs[i].reserved) {
+      reqs[i].reserved = true;
+      return i;
+    }
+  if (high == OV_MAX) return -1;
+  reqs[high].reserved = true;
+  atomic_store(&ov_high, high + 1);
+  return high;
+}
+
+static void release_slot(int i) {
+  pthread_mutex_lock(&ov_lock);
+  reqs[i].reserved = false;
+  pthread_mutex_unlock(&ov_lock);
+}
+
+/* Publishes request i (posted already) and protects its pages. */
+static void publish(int i, MPI_Request req, MPI_Comm comm, span_t s, const locus_overlap_span_t *g, int prot,
+                    bool writes, void *copy) {
+  ov_req_t *r = &reqs[i];
+  pthread_mutex_lock(&ov_lock);
+  r->req = req;
+  r->comm = comm;
+  r->prot = prot;
+  r->writes = writes;
+  r->copy = copy;
+  atomic_store(&r->ua, s.a);
+  atomic_store(&r->ub, s.b);
+  atomic_store(&r->pa, g ? (uintptr_t)g->start : 0);
+  atomic_store(&r->pb, g ? (uintptr_t)g->start + g->len : 0);
+  atomic_fetch_add_explicit(&r->gen, 1, memory_order_release);   /* odd: pending */
+  r->reserved = false;
+  atomic_fetch_add(&ov_pending, 1);
+  if (g) apply_prot((uintptr_t)g->start, (uintptr_t)g->start + g->len);
+  pthread_cond_signal(&ov_work);
+  pthread_mutex_unlock(&ov_lock);
+}
+
+/* The thesis's serialisation: a new request waits for the pending ones
+ * whose bytes it reads while they write them, or writes while they use. */
+static void wait_conflicts(span_t s, bool writes) {
+  if (s.a == s.b) return;
+  int high = atomic_load(&ov_high);
+  for (int i = 0; i < high; i++) {
+    ov_req_t *r = &reqs[i];
+    uint32_t g = atomic_load(&r->gen);
+    if (!(g & 1) || atomic_load(&r->ua) >= s.b || atomic_load(&r->ub) <= s.a || (!writes && !r->writes)) continue;
+    atomic_fetch_add(&ov_urgent, 1);
+    unsigned spins = 0;
+    while (atomic_load(&r->gen) == g) pause_short(&spins);
+    atomic_fetch_sub(&ov_urgent, 1);
+  }
+  unsigned spins = 0;
+  while (atomic_load(&ov_busy)) pause_short(&spins);
+}
+
+/* How a buffer is used: guarded (pages protected, MPI gets the shadow),
+ * copied (send only), or not at all (the call blocks). */
+typedef enum { WAY_BLOCK, WAY_GUARD, WAY_COPY, WAY_EMPTY } way_t;
+
+static way_t choose(const void *buf, span_t s, bool send, locus_overlap_span_t *g) {
+  if (!s.ok) return WAY_BLOCK;
+  if (s.a == s.b) return WAY_EMPTY;
+  if (locus_overlap_span((const void *)s.a, s.b - s.a, g) == 0) return WAY_GUARD;
+  if (send && s.b - s.a <= ov_copy_max) return WAY_COPY;
+  return WAY_BLOCK;
+}
+
+typedef int (*isend_fn)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
+
+/* The overlapped send: MPI_SUCCESS or an error of the non-blocking call;
+ * 1 when the caller must block instead. */
+static int post_send(isend_fn isend, const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
+  span_t s = span_of(buf, count, dt);
+  locus_overlap_span_t g;
+  way_t w = choose(buf, s, true, &g);
+  if (w == WAY_BLOCK) return 1;
+  wait_conflicts(s, false);
+  pthread_mutex_lock(&ov_lock);
+  int i = take_slot();
+  pthread_mutex_unlock(&ov_lock);
+  if (i < 0) return 1;
+  void *copy = NULL;
+  const void *from = buf;
+  if (w == WAY_GUARD) {
+    from = (const char *)g.shadow + ((uintptr_t)buf - (uintptr_t)g.start);
+  } else if (w == WAY_COPY) {
+    copy = malloc(s.b - s.a);
+    if (!copy) {
+      release_slot(i);
+      return 1;
+    }
+    memcpy(copy, (const void *)s.a, s.b - s.a);
+    from = (const char *)copy + ((uintptr_t)buf - s.a);
+  }
+  MPI_Request req;
+  int rc = isend(from, count, dt, dest, tag, comm, &req);
+  if (rc != MPI_SUCCESS) {
+    release_slot(i);
+    free(copy);
+    return rc;
+  }
+  if (w == WAY_EMPTY || w == WAY_COPY) s.a = s.b = 0;   /* nothing of the program's is in use */
+  publish(i, req, comm, s, w == WAY_GUARD ? &g : NULL, 1, false, copy);
+  atomic_fetch_add_explicit(w == WAY_COPY ? &st_copied : &st_guarded, 1, memory_order_relaxed);
+  return MPI_SUCCESS;
+}
+
+static int post_recv(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm comm) {
+  span_t s = span_of(buf, count, dt);
+  locus_overlap_span_t g;
+  way_t w = choose(buf, s, false, &g);
+  if (w == WAY_BLOCK) return 1;
+  wait_conflicts(s, true);
+  pthread_mutex_lock(&ov_lock);
+  int i = take_slot();
+  pthread_mutex_unlock(&ov_lock);
+  if (i < 0) return 1;
+  void *into = w == WAY_GUARD ? (char *)g.shadow + ((uintptr_t)buf - (uintptr_t)g.start) : buf;
+  MPI_Request req;
+  int rc = PMPI_Irecv(into, count, dt, src, tag, comm, &req);
+  if (rc != MPI_SUCCESS) {
+    release_slot(i);
+    return rc;
+  }
+  publish(i, req, comm, s, w == WAY_GUARD ? &g : NULL, 0, true, NULL);
+  atomic_fetch_add_explicit(&st_guarded, 1, memory_order_relaxed);
+  return MPI_SUCCESS;
+}
+
+/* ---- the intercepted calls --------------------------------------------------- */
+static int isend_std(const void *b, int c, MPI_Datatype d, int p, int t, MPI_Comm m, MPI_Request *r) {
+  return PMPI_Isend(b, c, d, p, t, m, r);
+}
+static int isend_sync(const void *b, int c, MPI_Datatype d, int p, int t, MPI_Comm m, MPI_Request *r) {
+  return PMPI_Issend(b, c, d, p, t, m, r);
+}
+static int isend_ready(const void *b, int c, MPI_Datatype d, int p, int t, MPI_Comm m, MPI_Request *r) {
+  return PMPI_Irsend(b, c, d, p, t, m, r);
+}
+
+static int blocked(void) {
+  atomic_fetch_add_explicit(&st_blocked, 1, memory_order_relaxed);
+  return ov_drain("block");
+}
+
+EXPORT int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
+  if (ov_active() && !ov_self) {
+    int rc = post_send(isend_std, buf, count, dt, dest, tag, comm);
+    if (rc != 1) return rc;
+    int e = blocked();
+    rc = PMPI_Send(buf, count, dt, dest, tag, comm);
+    return rc == MPI_SUCCESS ? e : rc;
+  }
+  return PMPI_Send(buf, count, dt, dest, tag, comm);
+}
+
+EXPORT int MPI_Ssend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
+  if (ov_active() && !ov_self) {
+    int rc = post_send(isend_sync, buf, count, dt, dest, tag, comm);
+    if (rc != 1) return rc;
+    int e = blocked();
+    rc = PMPI_Ssend(buf, count, dt, dest, tag, comm);
+    return rc == MPI_SUCCESS ? e : rc;
+  }
+  return PMPI_Ssend(buf, count, dt, dest, tag, comm);
+}
+
+EXPORT int MPI_Rsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
+  if (ov_active() && !ov_self) {
+    int rc = post_send(isend_ready, buf, count, dt, dest, tag, comm);
+    if (rc != 1) return rc;
+    int e = blocked();
+    rc = PMPI_Rsend(buf, count, dt, dest, tag, comm);
+    return rc == MPI_SUCCESS ? e : rc;
+  }
+  return PMPI_Rsend(buf, count, dt, dest, tag, comm);
+}
+
+EXPORT int MPI_Recv(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm comm, MPI_Status *status) {
+  if (ov_active() && !ov_self) {
+    /* The status is the program's once the call returns: only an ignored
+     * one lets the receive go on after it. */
+    if (status == MPI_STATUS_IGNORE) {
+      int rc = post_recv(buf, count, dt, src, tag, comm);
+      if (rc != 1) return rc;
+    }
+    int e = blocked();
+    int rc = PMPI_Recv(buf, count, dt, src, tag, comm, status);
+    return rc == MPI_SUCCESS ? e : rc;
+  }
+  return PMPI_Recv(buf, count, dt, src, tag, comm, status);
+}
+
+EXPORT int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int dest, int stag, void *rbuf, int rcount,
+                        MPI_Datatype rtype, int src, int rtag, MPI_Comm comm, MPI_Status *status) {
+  if (ov_active() && !ov_self && status == MPI_STATUS_IGNORE) {
+    span_t ss = span_of(sbuf, scount, stype), rs = span_of(rbuf, rcount, rtype);
+    locus_overlap_span_t g1, g2;
+    way_t ws = choose(sbuf, ss, true, &g1), wr = choose(rbuf, rs, false, &g2);
+    bool apart = ss.b <= rs.a || rs.b <= ss.a || ss.a == ss.b || rs.a == rs.b;
+    if (ws != WAY_BLOCK && wr != WAY_BLOCK && apart) {
+      /* The receive first, so that the posting order is the blocking call's
+       * (both are started before either waits). */
+      int rc = post_recv(rbuf, rcount, rtype, src, rtag, comm);
+      if (rc == MPI_SUCCESS) {
+        rc = post_send(isend_std, sbuf, scount, stype, dest, stag, comm);
+        if (rc == 1) {                 /* table full: the send blocks, the receive goes on */
+          int e = blocked();
+          rc = PMPI_Send(sbuf, scount, stype, dest, stag, comm);
+          return rc == MPI_SUCCESS ? e : rc;
+        }
+        return rc;
+      }
+      if (rc != 1) return rc;
+    }
+  }
+  int e = ov_active() && !ov_self ? blocked() : MPI_SUCCESS;
+  int rc = PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, status);
+  return rc == MPI_SUCCESS ? e : rc;
+}
+
+EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, int dest, int stag, int src, int rtag,
+                                MPI_Comm comm, MPI_Status *status) {
+  if (ov_active() && !ov_self && status == MPI_STATUS_IGNORE) {
+    span_t s = span_of(buf, count, dt);
+    locus_overlap_span_t g;
+    if (choose(buf, s, false, &g) == WAY_GUARD) {
+      /* The outgoing data goes from a private copy (as the runtime itself
+       * would do); the incoming into the guarded buffer. */
+      wait_conflicts(s, true);
+      void *copy = malloc(s.b - s.a);
+      pthread_mutex_lock(&ov_lock);
+      int i = copy ? take_slot() : -1;
+      int j = i >= 0 ? take_slot() : -1;
+      pthread_mutex_unlock(&ov_lock);
+      if (j >= 0) {
+        memcpy(copy, (void *)s.a, s.b - s.a);
+        MPI_Request rr, sr;
+        void *into = (char *)g.shadow + ((uintptr_t)buf - (uintptr_t)g.start);
+        int rc = PMPI_Irecv(into, count, dt, src, rtag, comm, &rr);
+        if (rc == MPI_SUCCESS) {
+          publish(i, rr, comm, s, &g, 0, true, NULL);
+          rc = PMPI_Isend((char *)copy + ((uintptr_t)buf - s.a), count, dt, dest, stag, comm, &sr);
+          if (rc == MPI_SUCCESS) {
+            publish(j, sr, comm, (span_t){0, 0, true}, NULL, 1, false, copy);
+            atomic_fetch_add_explicit(&st_guarded, 1, memory_order_relaxed);
+            return MPI_SUCCESS;
+          }
+          release_slot(j);
+          free(copy);
+          return rc;                   /* the receive is pending; the send's error is the call's */
+        }
+        release_slot(i);
+        release_slot(j);
+        free(copy);
+        return rc;
+      }
+      if (i >= 0) release_slot(i);
+      free(copy);
+    }
+  }
+  int e = ov_active() && !ov_self ? blocked() : MPI_SUCCESS;
+  int rc = PMPI_Sendrecv_replace(buf, count, dt, dest, stag, src, rtag, comm, status);
+  return rc == MPI_SUCCESS ? e : rc;
+}
+
+/* ---- initialisation, thread levels, finalisation ------------------------------ */
+static size_t env_size(const char *name, size_t dflt) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (*end == 'k' || *end == 'K') n <<= 10, end++;
+  else if (*end == 'm' || *end == 'M') n <<= 20, end++;
+  else if (*end == 'g' || *end == 'G') n <<= 30, end++;
+  if (*end) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s=%s: not a size, %zu kept", name, v, dflt);
+    ov_warn(msg);
+    return dflt;
+  }
+  return (size_t)n;
+}
+
+static bool env_off(void) {
+  const char *v = getenv("LOCUS_OVERLAP");
+  return v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "no"));
+}
+
+static void fork_prepare(void) {
+  if (ov_active() && !ov_self) ov_drain("fork");
+}
+static void fork_child(void) {
+  /* No progress thread in the child (MPI is not usable there anyway). */
+  if (atomic_load(&ov_state) == OV_ON) atomic_store(&ov_state, OV_OFF);
+}
+
+__attribute__((constructor)) static void ov_ctor(void) {
+  long pg = sysconf(_SC_PAGESIZE);
+  if (pg > 0) ov_page = (size_t)pg;
+  ov_min = env_size("LOCUS_OVERLAP_MIN", ov_min);
+  ov_copy_max = env_size("LOCUS_OVERLAP_COPY_MAX", ov_copy_max);
+  ov_poll_us = (long)env_size("LOCUS_OVERLAP_POLL_US", (size_t)ov_poll_us);
+  if (env_off()) {
+    atomic_store(&ov_state, OV_OFF);
+    return;
+  }
+  /* From now on, blocks large enough to be worth guarding are memory-file
+   * regions (those allocated before this point are not guarded). */
+  locus_overlap_enable(ov_min);
+  pthread_atfork(fork_prepare, NULL, fork_child);
+}
+
+static void disable(const char *why) {
+  atomic_store(&ov_state, OV_OFF);
+  locus_overlap_enable(0);
+  if (why) ov_warn(why);
+}
+
+/* After the runtime started: overlap on when it gives MPI_THREAD_MULTIPLE. */
+static void start(int provided) {
+  if (provided < MPI_THREAD_MULTIPLE) {
+    disable("the MPI runtime does not provide MPI_THREAD_MULTIPLE: overlap disabled, blocking calls block");
+    return;
+  }
+  if (locus_overlap_hooks(ov_fault, ov_quiesce) != 0) {
+    disable("cannot install the fault handler: overlap disabled");
+    return;
+  }
+  if (pthread_create(&ov_thread, NULL, progress, NULL) != 0) {
+    locus_overlap_hooks(NULL, NULL);
+    disable("cannot start the progress thread: overlap disabled");
+    return;
+  }
+  atomic_store(&ov_state, OV_ON);
+}
+
+EXPORT int MPI_Init(int *argc, char ***argv) {
+  if (atomic_load(&ov_state) != OV_BEFORE) return PMPI_Init(argc, argv);
+  int provided = MPI_THREAD_SINGLE;
+  int rc = PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  if (rc == MPI_SUCCESS) start(provided);
+  return rc;
+}
+
+EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+  if (atomic_load(&ov_state) != OV_BEFORE) return PMPI_Init_thread(argc, argv, required, provided);
+  ov_asked = required;
+  if (required >= MPI_THREAD_MULTIPLE) {
+    /* Several threads of the program may call MPI at once: pending
+     * requests would be completed by one while another posts. Not
+     * supported: the program runs as without this library. */
+    disable("the program asks for MPI_THREAD_MULTIPLE: overlap disabled, blocking calls block");
+    return PMPI_Init_thread(argc, argv, required, provided);
+  }
+  int got = MPI_THREAD_SINGLE;
+  int rc = PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &got);
+  if (rc != MPI_SUCCESS) return rc;
+  start(got);
+  /* The program sees the level it would have got: what it asked for when
+   * the runtime gives more, else the runtime's. */
+  if (provided) *provided = got >= required ? required : got;
+  return rc;
+}
+
+EXPORT int MPI_Query_thread(int *provided) {
+  int got;
+  int rc = PMPI_Query_thread(&got);
+  if (rc == MPI_SUCCESS && provided) *provided = got > ov_asked && ov_active() ? ov_asked : got;
+  return rc;
+}
+
+static void print_stats(void) {
+  const char *v = getenv("LOCUS_OVERLAP_STATS");
+  if (!v || strcmp(v, "1")) return;
+  char msg[300];
+  int rank = -1;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  snprintf(msg, sizeof msg,
+           "rank %d: %zu guarded, %zu copied, %zu blocked, %zu faults waited, %zu drains, %zu system calls waited",
+           rank, atomic_load(&st_guarded), atomic_load(&st_copied), atomic_load(&st_blocked), atomic_load(&st_faults),
+           atomic_load(&st_drains), atomic_load(&st_syscall_waits));
+  ov_warn(msg);
+}
+
+EXPORT int MPI_Finalize(void) {
+  if (ov_active() && !ov_self) {
+    int e = ov_drain("MPI_Finalize");
+    pthread_mutex_lock(&ov_lock);
+    ov_stop = true;
+    pthread_cond_signal(&ov_work);
+    pthread_mutex_unlock(&ov_lock);
+    pthread_join(ov_thread, NULL);
+    print_stats();
+    atomic_store(&ov_state, OV_DONE);
+    int rc = PMPI_Finalize();
+    return rc == MPI_SUCCESS ? e : rc;
+  }
+  if (atomic_load(&ov_state) == OV_BEFORE) atomic_store(&ov_state, OV_DONE);
+  return PMPI_Finalize();
+}
+
+EXPORT int MPI_Abort(MPI_Comm comm, int code) { return PMPI_Abort(comm, code); }
+
+/* ---- the other MPI calls: complete what is pending first ----------------------- */
+#include "drain_wrappers.inc"
+
+/* ---- system calls on guarded buffers ------------------------------------------- */
+/* A system call that reads or writes a guarded page would fail with EFAULT
+ * (the kernel does not raise SIGSEGV for it). The usual I/O calls of libc
+ * are interposed: when requests are pending, those on the buffer's pages
+ * complete first. Other system calls: docs/overlap.md. */
+static void guard_io(const void *buf, size_t n) {
+  if (!atomic_load_explicit(&ov_pending, memory_order_relaxed) || ov_self || !n) return;
+  uintptr_t a = (uintptr_t)buf & ~(uintptr_t)(ov_page - 1), b = (uintptr_t)buf + n;
+  if (wait_covering(a, b, true)) atomic_fetch_add_explicit(&st_syscall_waits, 1, memory_order_relaxed);
+}
+
+static void guard_iov(const struct iovec *iov, int cnt) {
+  if (!atomic_load_explicit(&ov_pending, memory_order_relaxed) || ov_self) return;
+  for (int i = 0; i < cnt; i++) guard_io(iov[i].iov_base, iov[i].iov_len);
+}
+
+#define NEXT(name) \
+  static __typeof__(name) *_Atomic real_##name; \
+  if (!real_##name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
+
+EXPORT ssize_t write(int fd, const void *buf, size_t n) {
+  NEXT(write);
+  guard_io(buf, n);
+  return real_write(fd, buf, n);
+}
+EXPORT ssize_t read(int fd, void *buf, size_t n) {
+  NEXT(read);
+  guard_io(buf, n);
+  return real_read(fd, buf, n);
+}
+EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
+  NEXT(pwrite);
+  guard_io(buf, n);
+  return real_pwrite(fd, buf, n, off);
+}
+EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+  NEXT(pread);
+  guard_io(buf, n);
+  return real_pread(fd, buf, n, off);
+}
+EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
+  NEXT(pwrite64);
+  guard_io(buf, n);
+  return real_pwrite64(fd, buf, n, off);
+}
+EXPORT ssize_t pread64(int fd, void *buf, size_t n, off_t off) {
+  NEXT(pread64);
+  guard_io(buf, n);
+  return real_pread64(fd, buf, n, off);
+}
+EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) {
+  NEXT(writev);
+  guard_iov(iov, cnt);
+  return real_writev(fd, iov, cnt);
+}
+EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) {
+  NEXT(readv);
+  guard_iov(iov, cnt);
+  return real_readv(fd, iov, cnt);
+}
+EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) {
+  NEXT(send);
+  guard_io(buf, n);
+  return real_send(fd, buf, n, flags);
+}
+EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags) {
+  NEXT(recv);
+  guard_io(buf, n);
+  return real_recv(fd, buf, n, flags);
+}
+EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to, socklen_t tl) {
+  NEXT(sendto);
+  guard_io(buf, n);
+  return real_sendto(fd, buf, n, flags, to, tl);
+}
+EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from, socklen_t *fl) {
+  NEXT(recvfrom);
+  guard_io(buf, n);
+  return real_recvfrom(fd, buf, n, flags, from, fl);
+}
+/* stdio writes a large buffer straight from the program's memory. */
+EXPORT size_t fwrite(const void *buf, size_t size, size_t n, FILE *f) {
+  NEXT(fwrite);
+  guard_io(buf, size * n);
+  return real_fwrite(buf, size, n, f);
+}
+EXPORT size_t fread(void *buf, size_t size, size_t n, FILE *f) {
+  NEXT(fread);
+  guard_io(buf, size * n);
+  return real_fread(buf, size, n, f);
+}
