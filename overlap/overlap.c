@@ -856,3 +856,50 @@ EXPORT size_t fread(void *buf, size_t size, size_t n, FILE *f) {
   guard_io(buf, size * n);
   return real_fread(buf, size, n, f);
 }
+
+/* ---- the allocator ---------------------------------------------------------------
+ * Preloaded alone, this library comes before liblocus.so in the dynamic
+ * linker's search order, but so do the program's own libraries (libc among
+ * them): liblocus.so, loaded as this library's dependency, would not be the
+ * process's malloc. So the allocator's names are defined here and forward to
+ * locus's own (include/locus.h), and sigaction/signal to locus's (its
+ * SIGSEGV handler must see the program's and the MPI runtime's changes). */
+EXPORT void *malloc(size_t n) { return locus_malloc(n); }
+EXPORT void free(void *p) { locus_free(p); }
+EXPORT void cfree(void *p) { locus_free(p); }
+EXPORT void *calloc(size_t c, size_t n) { return locus_calloc(c, n); }
+EXPORT void *realloc(void *p, size_t n) { return locus_realloc(p, n); }
+EXPORT void *reallocarray(void *p, size_t c, size_t n) { return locus_reallocarray(p, c, n); }
+EXPORT int posix_memalign(void **out, size_t a, size_t n) { return locus_posix_memalign(out, a, n); }
+EXPORT void *aligned_alloc(size_t a, size_t n) { return locus_aligned_alloc(a, n); }
+EXPORT void *memalign(size_t a, size_t n) { return locus_memalign(a, n); }
+EXPORT void *valloc(size_t n) { return locus_valloc(n); }
+EXPORT void *pvalloc(size_t n) { return locus_pvalloc(n); }
+EXPORT size_t malloc_usable_size(void *p) { return locus_usable_size(p); }
+EXPORT void free_sized(void *p, size_t n) { locus_free_sized(p, n); }
+EXPORT void free_aligned_sized(void *p, size_t a, size_t n) { locus_free_aligned_sized(p, a, n); }
+
+/* locus's own definition of a name this library also defines. */
+static void *locus_sym(const char *name) {
+  Dl_info info;
+  if (!dladdr((void *)locus_malloc, &info) || !info.dli_fname) return NULL;
+  void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  return h ? dlsym(h, name) : NULL;
+}
+
+EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+  static int (*_Atomic real)(int, const struct sigaction *, struct sigaction *);
+  if (!real) real = (int (*)(int, const struct sigaction *, struct sigaction *))locus_sym("sigaction");
+  if (!real) {                         /* cannot happen: liblocus.so is a dependency */
+    errno = ENOSYS;
+    return -1;
+  }
+  return real(sig, act, old);
+}
+
+EXPORT sighandler_t signal(int sig, sighandler_t h) {
+  static sighandler_t (*_Atomic real)(int, sighandler_t);
+  if (!real) real = (sighandler_t(*)(int, sighandler_t))locus_sym("signal");
+  if (!real) return SIG_ERR;
+  return real(sig, h);
+}

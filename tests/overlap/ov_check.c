@@ -1,0 +1,489 @@
+/* Correctness of liblocus-overlap.so (docs/overlap.md) under mpirun, 2 or 4
+ * ranks (an even number; ranks pair as r and r^1). Every case checks every
+ * byte; the program prints "ov_check: <case> ok" per case and exits 0 when
+ * all pass (non-zero, with the case, otherwise). It runs the same with and
+ * without the library (plain MPI must pass too); OV_EXPECT_OVERLAP=1 also
+ * asks that a guarded MPI_Ssend return before its receive is posted (the
+ * proof that the call was overlapped).
+ *
+ * Cases: ordering, wildcards, statuses, partial pages, shared page frames,
+ * writes to a send buffer and reads of a receive buffer right after the
+ * call, system calls on the buffers, free during a transfer, stack buffers
+ * (copy and blocking paths), Sendrecv(_replace), Ssend/Rsend, errors
+ * (invalid rank and communicator with MPI_ERRORS_RETURN), MPI_Cancel of a
+ * program request while overlapped ones are pending, calls before MPI_Init
+ * and after MPI_Finalize, MPI_Finalize with transfers pending. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int rank, size, peer;
+static const char *tmpdir;
+
+#define FAIL(...)                                                   \
+  do {                                                              \
+    fprintf(stderr, "ov_check rank %d: FAIL %s:%d: ", rank, __func__, __LINE__); \
+    fprintf(stderr, __VA_ARGS__);                                   \
+    fprintf(stderr, "\n");                                          \
+    MPI_Abort(MPI_COMM_WORLD, 1);                                   \
+  } while (0)
+
+static unsigned char pat(size_t i, int seed) { return (unsigned char)(i * 131 + (size_t)seed * 7 + (i >> 12)); }
+static void fill(void *p, size_t n, int seed) {
+  for (size_t i = 0; i < n; i++) ((unsigned char *)p)[i] = pat(i, seed);
+}
+static void check(const void *p, size_t n, int seed, const char *what) {
+  for (size_t i = 0; i < n; i++)
+    if (((const unsigned char *)p)[i] != pat(i, seed))
+      FAIL("%s: byte %zu of %zu is %u, expected %u (seed %d)", what, i, n, ((const unsigned char *)p)[i], pat(i, seed),
+           seed);
+}
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+static void done(const char *c) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) printf("ov_check: %s ok\n", c), fflush(stdout);
+}
+static bool sender(void) { return !(rank & 1); }
+
+#define BIG (1u << 20)
+
+/* Messages of one (source, tag) arrive in order, whatever their buffers. */
+static void c_ordering(void) {
+  enum { N = 40 };
+  size_t n = 256 * 1024;
+  if (sender()) {
+    char *b = malloc(n);
+    for (int k = 0; k < N; k++) {
+      fill(b, n, k);                   /* the previous send may be pending: the write waits for it */
+      MPI_Send(b, (int)n, MPI_BYTE, peer, 5, MPI_COMM_WORLD);
+    }
+    free(b);
+  } else {
+    char *r[N];
+    for (int k = 0; k < N; k++) {
+      r[k] = malloc(n);
+      MPI_Recv(r[k], (int)n, MPI_BYTE, peer, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    for (int k = 0; k < N; k++) {
+      check(r[k], n, k, "ordering");
+      free(r[k]);
+    }
+  }
+  done("ordering");
+}
+
+/* MPI_ANY_SOURCE / MPI_ANY_TAG, with statuses ignored (overlapped) and
+ * asked for (blocking): sources, tags and counts right. */
+static void c_wildcards(void) {
+  size_t n = 300 * 1000;
+  if (rank != 0) {
+    char *b = malloc(n);
+    fill(b, n, rank);
+    MPI_Send(b, (int)n - rank, MPI_BYTE, 0, 100 + rank, MPI_COMM_WORLD);
+    fill(b, n, rank + 50);
+    MPI_Send(b, (int)n, MPI_BYTE, 0, 200 + rank, MPI_COMM_WORLD);
+    free(b);
+  } else {
+    int seen[64] = {0};
+    char *b = malloc(n);
+    for (int k = 1; k < size; k++) {     /* with status: where it came from */
+      MPI_Status st;
+      int cnt;
+      MPI_Recv(b, (int)n, MPI_BYTE, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+      MPI_Get_count(&st, MPI_BYTE, &cnt);
+      int s = st.MPI_SOURCE;
+      if (s < 1 || s >= size || seen[s]++ || st.MPI_TAG != 100 + s || cnt != (int)n - s)
+        FAIL("status: source %d tag %d count %d", s, st.MPI_TAG, cnt);
+      check(b, (size_t)cnt, s, "wildcard with status");
+    }
+    char *r[64];
+    for (int k = 1; k < size; k++) {     /* status ignored: overlapped; the tag tells the sender */
+      r[k] = malloc(n);
+      MPI_Recv(r[k], (int)n, MPI_BYTE, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    int found = 0;
+    for (int k = 1; k < size; k++) {
+      for (int s = 1; s < size; s++)
+        if (r[k][0] == (char)pat(0, s + 50) && r[k][1] == (char)pat(1, s + 50)) {
+          check(r[k], n, s + 50, "wildcard ignored status");
+          found |= 1 << s;
+        }
+      free(r[k]);
+    }
+    if (found != ((1 << size) - 2)) FAIL("wildcard receives: senders found %#x", found);
+    free(b);
+  }
+  done("wildcards");
+}
+
+/* Statuses and counts of MPI_Recv and MPI_Sendrecv; MPI_Probe after
+ * overlapped receives. */
+static void c_statuses(void) {
+  size_t n = 200 * 1000;
+  char *s = malloc(n), *r = malloc(n);
+  fill(s, n, rank);
+  MPI_Status st;
+  int cnt;
+  MPI_Sendrecv(s, (int)n - 3 * rank, MPI_BYTE, peer, 7, r, (int)n, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &st);
+  MPI_Get_count(&st, MPI_BYTE, &cnt);
+  if (st.MPI_SOURCE != peer || st.MPI_TAG != 7 || cnt != (int)n - 3 * peer) FAIL("sendrecv status");
+  check(r, (size_t)cnt, peer, "sendrecv");
+  if (sender()) {
+    MPI_Send(s, 1000, MPI_BYTE, peer, 8, MPI_COMM_WORLD);
+    MPI_Send(s, 2000, MPI_BYTE, peer, 9, MPI_COMM_WORLD);
+  } else {
+    MPI_Probe(peer, 9, MPI_COMM_WORLD, &st);
+    MPI_Get_count(&st, MPI_BYTE, &cnt);
+    if (cnt != 2000 || st.MPI_TAG != 9) FAIL("probe count %d", cnt);
+    MPI_Recv(r, (int)n, MPI_BYTE, peer, 8, MPI_COMM_WORLD, &st);
+    MPI_Get_count(&st, MPI_BYTE, &cnt);
+    if (cnt != 1000) FAIL("recv count %d", cnt);
+    MPI_Recv(r, (int)n, MPI_BYTE, peer, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    check(r, 2000, peer, "probe");   /* the sender's pattern: its rank */
+  }
+  free(s);
+  free(r);
+  done("statuses");
+}
+
+/* Buffers not on page boundaries; the program writes the bytes next to a
+ * pending receive's (same page) and reads next to a pending send's. */
+static void c_partial_pages(void) {
+  size_t n = 1 << 20;
+  char *b = malloc(n);
+  size_t off = 100, len = 5000;        /* pages 0 and 1, partly */
+  fill(b, n, 3);
+  if (sender()) {
+    fill(b + off, len, 11);
+    MPI_Send(b + off, (int)len, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    b[0] = 42;                         /* same page as the pending send: waits, then writes */
+    b[off + len + 10] = 43;
+    fill(b + 8192, 3 * 4096 + 7, 12);
+    MPI_Send(b + 8192, 3 * 4096 + 7, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+    if (b[0] != 42 || b[off + len + 10] != 43) FAIL("neighbour bytes lost");
+  } else {
+    MPI_Recv(b + off, (int)len, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    b[0] = 42;                         /* a neighbour write while the receive may be pending */
+    MPI_Recv(b + 8192, 3 * 4096 + 7, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (b[0] != 42) FAIL("neighbour byte lost");
+    check(b + off, len, 11, "partial page 1");
+    check(b + 8192, 3 * 4096 + 7, 12, "partial page 2");
+    for (size_t i = 1; i < off; i++)
+      if ((unsigned char)b[i] != pat(i, 3)) FAIL("byte %zu before the buffer changed", i);
+  }
+  free(b);
+  done("partial pages");
+}
+
+/* Several pending requests on one page frame: two receives into the two
+ * halves of a page and a send from a third buffer on that page; then the
+ * receive buffer of one half is sent on (serialisation). */
+static void c_shared_frames(void) {
+  size_t n = 1 << 20;
+  char *b = malloc(n);
+  char *page = b + 4 * 4096;
+  if (sender()) {
+    char *s = malloc(n);
+    fill(s, 2048, 21);
+    MPI_Send(s, 2048, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    fill(s + 4096, 900, 22);
+    MPI_Send(s + 4096, 900, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+    MPI_Recv(b, 1500, MPI_BYTE, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Recv(b + 2048, 2048, MPI_BYTE, peer, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    check(b, 1500, 23, "shared frame: third");
+    check(b + 2048, 2048, 21, "shared frame: forwarded");
+    free(s);
+  } else {
+    fill(page + 3000, 1500, 23);
+    MPI_Recv(page, 2048, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Recv(page + 2048, 900, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Send(page + 3000 + 48, 0, MPI_BYTE, peer, 99, MPI_COMM_WORLD);   /* empty: no buffer */
+    MPI_Send(page + 3000, 1500, MPI_BYTE, peer, 3, MPI_COMM_WORLD);   /* the receives' page, other bytes */
+    MPI_Send(page, 2048, MPI_BYTE, peer, 4, MPI_COMM_WORLD);          /* the first receive's bytes: waits for it */
+    check(page, 2048, 21, "shared frame: first half");
+    check(page + 2048, 900, 22, "shared frame: second");
+  }
+  if (sender()) MPI_Recv(NULL, 0, MPI_BYTE, peer, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  free(b);
+  done("shared page frames");
+}
+
+/* The send buffer written right after MPI_Send returns: the receiver gets
+ * the data of the call; the receive buffer read right after MPI_Recv
+ * returns: the data is there. */
+static void c_access_during(void) {
+  size_t n = 4u << 20;
+  char *b = malloc(n);
+  for (int round = 0; round < 5; round++) {
+    if (sender()) {
+      fill(b, n, 30 + round);
+      MPI_Send(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+      memset(b, 0xEE, n);              /* must not reach the receiver */
+      MPI_Send(b, (int)n, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+      b[n / 2] = 1;
+    } else {
+      MPI_Recv(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      check(b, n, 30 + round, "read right after MPI_Recv");
+      MPI_Recv(b, (int)n, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      for (size_t i = 0; i < n; i += 4093)
+        if ((unsigned char)b[i] != 0xEE) FAIL("second message byte %zu", i);
+    }
+  }
+  free(b);
+  done("accesses during transfers");
+}
+
+/* write() of a receive buffer right after MPI_Recv, read() into a send
+ * buffer right after MPI_Send: the calls succeed and see or keep the data
+ * of the transfer. */
+static void c_syscalls(void) {
+  size_t n = 2u << 20;
+  char path[256];
+  snprintf(path, sizeof path, "%s/ov_check.%d.%d", tmpdir, (int)getpid(), rank);
+  int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) FAIL("open %s", path);
+  unlink(path);
+  char *b = malloc(n), *c = malloc(n);
+  if (sender()) {
+    fill(b, n, 40);
+    MPI_Send(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    fill(c, n, 41);
+    if (pwrite(fd, c, n, 0) != (ssize_t)n) FAIL("pwrite");
+    if (pread(fd, b, n, 0) != (ssize_t)n) FAIL("pread into the send buffer");   /* the send sees the old data */
+    check(b, n, 41, "pread");
+    fill(b, n, 42);
+    MPI_Send(b, (int)n, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+    FILE *f = fdopen(dup(fd), "w+");
+    if (fread(b, 1, n, f) > n) FAIL("fread");   /* whatever it reads: it must not fail on the page */
+    fclose(f);
+  } else {
+    MPI_Recv(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (write(fd, b, n) != (ssize_t)n) FAIL("write of the receive buffer");
+    if (pread(fd, c, n, 0) != (ssize_t)n) FAIL("pread back");
+    check(c, n, 40, "write after MPI_Recv");
+    MPI_Recv(b, (int)n, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    FILE *f = fdopen(dup(fd), "w");
+    if (fwrite(b, 1, n, f) != n) FAIL("fwrite of the receive buffer");
+    fclose(f);
+    if (pread(fd, c, n, (off_t)n) != (ssize_t)n) FAIL("pread back 2");
+    check(c, n, 42, "fwrite after MPI_Recv");
+  }
+  close(fd);
+  free(b);
+  free(c);
+  done("system calls on buffers");
+}
+
+/* free() right after MPI_Send / MPI_Recv returns. */
+static void c_free_during(void) {
+  size_t n = 3u << 20;
+  for (int k = 0; k < 8; k++) {
+    char *b = malloc(n);
+    if (sender()) {
+      fill(b, n, 50 + k);
+      MPI_Send(b, (int)n, MPI_BYTE, peer, k, MPI_COMM_WORLD);
+      free(b);                         /* waits for the send */
+      char *x = malloc(n);             /* may reuse the address space */
+      memset(x, 0x55, n);
+      free(x);
+    } else {
+      if (k & 1) {
+        MPI_Recv(b, (int)n, MPI_BYTE, peer, k, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        free(b);                       /* the data is lost, but nothing breaks */
+      } else {
+        MPI_Recv(b, (int)n, MPI_BYTE, peer, k, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        check(b, n, 50 + k, "free during: received");
+        free(b);
+      }
+    }
+  }
+  done("free during a transfer");
+}
+
+/* Buffers locus does not guard: the stack (copy path for a small send,
+ * blocking receive) and a large one on the stack (blocking send). */
+static void c_stack(void) {
+  char small[3000];
+  static char global[200000];
+  if (sender()) {
+    fill(small, sizeof small, 60);
+    MPI_Send(small, sizeof small, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    memset(small, 0, sizeof small);    /* copied: the receiver must not see this */
+    fill(global, sizeof global, 61);
+    MPI_Send(global, sizeof global, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+    memset(global, 0, sizeof global);
+  } else {
+    MPI_Recv(small, sizeof small, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    check(small, sizeof small, 60, "stack");
+    MPI_Recv(global, sizeof global, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    check(global, sizeof global, 61, "global");
+  }
+  done("stack and globals");
+}
+
+/* MPI_Sendrecv_replace, MPI_Ssend, MPI_Rsend (receive posted first), and a
+ * derived datatype with holes. */
+static void c_modes(void) {
+  size_t n = 512 * 1024;
+  char *b = malloc(n);
+  fill(b, n, 70 + rank);
+  MPI_Sendrecv_replace(b, (int)n, MPI_BYTE, peer, 1, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  check(b, n, 70 + peer, "sendrecv_replace");
+  MPI_Datatype vec;
+  MPI_Type_vector(100, 1000, 2000, MPI_BYTE, &vec);
+  MPI_Type_commit(&vec);
+  if (sender()) {
+    fill(b, n, 71);
+    MPI_Ssend(b, (int)n, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+    fill(b, n, 72);
+    MPI_Barrier(MPI_COMM_WORLD);       /* the receiver's MPI_Irecv is posted */
+    MPI_Rsend(b, (int)n, MPI_BYTE, peer, 3, MPI_COMM_WORLD);
+    fill(b, n, 73);
+    MPI_Send(b, 1, vec, peer, 4, MPI_COMM_WORLD);
+    fill(b, n, 74);
+  } else {
+    MPI_Recv(b, (int)n, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    check(b, n, 71, "ssend");
+    MPI_Request rq;
+    char *c = malloc(n);
+    MPI_Irecv(c, (int)n, MPI_BYTE, peer, 3, MPI_COMM_WORLD, &rq);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+    check(c, n, 72, "rsend");
+    memset(c, 0, n);
+    MPI_Recv(c, 1, vec, peer, 4, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    for (int blk = 0; blk < 100; blk++)
+      for (int i = 0; i < 1000; i++) {
+        size_t at = (size_t)blk * 2000 + (size_t)i;
+        if ((unsigned char)c[at] != pat(at, 73)) FAIL("vector byte %zu", at);
+        if (c[at + 1000] != 0 && blk < 99) FAIL("vector hole %zu written", at + 1000);
+      }
+    free(c);
+  }
+  if (sender()) MPI_Barrier(MPI_COMM_WORLD);
+  else MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Type_free(&vec);
+  free(b);
+  done("sendrecv_replace, ssend, rsend, derived types");
+}
+
+/* Errors come back where the blocking call returned them; MPI_Cancel of a
+ * program request while overlapped requests are pending. */
+static void c_errors(void) {
+  MPI_Comm c;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  size_t n = 256 * 1024;
+  char *b = malloc(n);
+  fill(b, n, 80);
+  int rc = MPI_Send(b, (int)n, MPI_BYTE, size + 5, 0, c);
+  if (rc == MPI_SUCCESS) FAIL("send to an invalid rank succeeded");
+  rc = MPI_Recv(b, (int)n, MPI_BYTE, -7, 0, c, MPI_STATUS_IGNORE);
+  if (rc == MPI_SUCCESS) FAIL("receive from an invalid rank succeeded");
+  rc = MPI_Send(b, -1, MPI_BYTE, peer, 0, c);
+  if (rc == MPI_SUCCESS) FAIL("negative count accepted");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  rc = MPI_Send(b, 10, MPI_BYTE, peer, 0, MPI_COMM_NULL);
+  if (rc == MPI_SUCCESS) FAIL("send on MPI_COMM_NULL succeeded");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+  /* Cancel */
+  MPI_Request rq;
+  char *x = malloc(n);
+  if (sender()) MPI_Send(b, (int)n, MPI_BYTE, peer, 1, c);
+  else MPI_Recv(x, (int)n, MPI_BYTE, peer, 1, c, MPI_STATUS_IGNORE);   /* maybe pending */
+  MPI_Irecv(x + 1, 10, MPI_BYTE, peer, 12345, c, &rq);
+  MPI_Cancel(&rq);
+  MPI_Status st;
+  MPI_Wait(&rq, &st);
+  int flag;
+  MPI_Test_cancelled(&st, &flag);
+  if (!flag) FAIL("cancel did not cancel");
+  if (!sender()) check(x, n, 80, "receive around a cancel");
+  free(x);
+  free(b);
+  MPI_Comm_free(&c);
+  done("errors and cancel");
+}
+
+/* The call is overlapped: a guarded MPI_Ssend returns before the receiver
+ * posts its receive (200 ms later). */
+static void c_overlapped(void) {
+  size_t n = 1u << 20;
+  char *b = malloc(n);
+  double t = 0;
+  if (sender()) {
+    fill(b, n, 90);
+    double t0 = now();
+    MPI_Ssend(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    t = now() - t0;
+  } else {
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    MPI_Recv(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    check(b, n, 90, "overlapped ssend");
+  }
+  const char *e = getenv("OV_EXPECT_OVERLAP");
+  if (sender() && e && *e == '1' && t > 0.1) FAIL("MPI_Ssend took %.3f s: not overlapped", t);
+  if (sender() && e && *e == '0' && t < 0.1) FAIL("MPI_Ssend took %.3f s: overlapped although off", t);
+  free(b);
+  done("overlapped ssend");
+}
+
+int main(int argc, char **argv) {
+  tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  int flag = 1;
+  MPI_Initialized(&flag);              /* before MPI_Init: passes through */
+  if (flag) return 2;
+  const char *lvl = getenv("OV_THREAD_LEVEL");
+  if (lvl) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, atoi(lvl), &provided);
+  } else {
+    MPI_Init(&argc, &argv);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size & 1) {
+    if (!rank) fprintf(stderr, "ov_check: needs an even number of ranks\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  peer = rank ^ 1;
+  c_ordering();
+  c_wildcards();
+  c_statuses();
+  c_partial_pages();
+  c_shared_frames();
+  c_access_during();
+  c_syscalls();
+  c_free_during();
+  c_stack();
+  c_modes();
+  c_errors();
+  c_overlapped();
+  /* MPI_Finalize with transfers pending: the last send is not waited for. */
+  size_t n = 2u << 20;
+  char *b = malloc(n);
+  if (sender()) {
+    fill(b, n, 99);
+    MPI_Send(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+  } else {
+    MPI_Recv(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  MPI_Finalize();
+  if (!sender()) check(b, n, 99, "received before MPI_Finalize returned");
+  MPI_Finalized(&flag);                /* after MPI_Finalize: passes through */
+  if (!flag) return 3;
+  if (rank == 0) printf("ov_check: finalize with pending transfers ok\nov_check: all ok (%d ranks)\n", size);
+  return 0;
+}
