@@ -93,6 +93,7 @@ static bool ov_stop;
 static pthread_t ov_thread;
 static int ov_asked = MPI_THREAD_SINGLE;   /* the level the program asked for */
 static size_t ov_min = 64 * 1024, ov_copy_max = 64 * 1024;
+static bool ov_stats;                  /* LOCUS_OVERLAP_STATS */
 static long ov_poll_us = 50;           /* the progress thread's longest sleep while requests are pending */
 static size_t ov_page = 4096;
 static LOCUS_OV_TLS int ov_self;       /* this thread is the progress thread */
@@ -353,6 +354,15 @@ static span_t span_of(const void *buf, int count, MPI_Datatype dt) {
   return s;
 }
 
+/* A private copy's memory: aligned beyond a page, so that locus serves it
+ * from its ordinary heaps, not from a memory file (locus_overlap_enable
+ * applies to blocks aligned to a page at most): a copy is never guarded, and
+ * a memory file per copy would cost a memfd_create and two mmaps. */
+static void *copy_alloc(size_t n) {
+  void *p = NULL;
+  return locus_posix_memalign(&p, 2 * ov_page, n) == 0 ? p : NULL;
+}
+
 /* A free entry, reserved (ov_lock held); -1 when the table is full. */
 static int take_slot(void) {
   int high = atomic_load(&ov_high);
@@ -444,7 +454,7 @@ static int post_send(isend_fn isend, const void *buf, int count, MPI_Datatype dt
   if (w == WAY_GUARD) {
     from = (const char *)g.shadow + ((uintptr_t)buf - (uintptr_t)g.start);
   } else if (w == WAY_COPY) {
-    copy = malloc(s.b - s.a);
+    copy = copy_alloc(s.b - s.a);
     if (!copy) {
       release_slot(i);
       return 1;
@@ -588,7 +598,7 @@ EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, int dest,
       /* The outgoing data goes from a private copy (as the runtime itself
        * would do); the incoming into the guarded buffer. */
       wait_conflicts(s, true);
-      void *copy = malloc(s.b - s.a);
+      void *copy = copy_alloc(s.b - s.a);
       pthread_mutex_lock(&ov_lock);
       int i = copy ? take_slot() : -1;
       int j = i >= 0 ? take_slot() : -1;
@@ -625,26 +635,15 @@ EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, int dest,
 }
 
 /* ---- initialisation, thread levels, finalisation ------------------------------ */
-static size_t env_size(const char *name, size_t dflt) {
-  const char *v = getenv(name);
-  if (!v || !*v) return dflt;
+/* A setting, as locus parsed and checked it (LOCUS_OVERLAP_*, README's
+ * option table): sizes come back with a k/M/G/T suffix. */
+static size_t setting(const char *name, size_t dflt) {
+  char buf[64];
+  if (locus_option_get(name, buf, sizeof buf) < 0) return dflt;
   char *end;
-  unsigned long long n = strtoull(v, &end, 10);
-  if (*end == 'k' || *end == 'K') n <<= 10, end++;
-  else if (*end == 'm' || *end == 'M') n <<= 20, end++;
-  else if (*end == 'g' || *end == 'G') n <<= 30, end++;
-  if (*end) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "%s=%s: not a size, %zu kept", name, v, dflt);
-    ov_warn(msg);
-    return dflt;
-  }
-  return (size_t)n;
-}
-
-static bool env_off(void) {
-  const char *v = getenv("LOCUS_OVERLAP");
-  return v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "no"));
+  unsigned long long n = strtoull(buf, &end, 10);
+  int shift = *end == 'k' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : *end == 'T' ? 40 : 0;
+  return (size_t)(n << shift);
 }
 
 static void fork_prepare(void) {
@@ -658,10 +657,11 @@ static void fork_child(void) {
 __attribute__((constructor)) static void ov_ctor(void) {
   long pg = sysconf(_SC_PAGESIZE);
   if (pg > 0) ov_page = (size_t)pg;
-  ov_min = env_size("LOCUS_OVERLAP_MIN", ov_min);
-  ov_copy_max = env_size("LOCUS_OVERLAP_COPY_MAX", ov_copy_max);
-  ov_poll_us = (long)env_size("LOCUS_OVERLAP_POLL_US", (size_t)ov_poll_us);
-  if (env_off()) {
+  ov_min = setting("overlap_min", ov_min);
+  ov_copy_max = setting("overlap_copy_max", ov_copy_max);
+  ov_poll_us = (long)setting("overlap_poll_us", (size_t)ov_poll_us);
+  ov_stats = setting("overlap_stats", 0) != 0;
+  if (!setting("overlap", 1)) {
     atomic_store(&ov_state, OV_OFF);
     return;
   }
@@ -731,8 +731,7 @@ EXPORT int MPI_Query_thread(int *provided) {
 }
 
 static void print_stats(void) {
-  const char *v = getenv("LOCUS_OVERLAP_STATS");
-  if (!v || strcmp(v, "1")) return;
+  if (!ov_stats) return;
   char msg[300];
   int rank = -1;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -41,6 +41,10 @@ options_t locus_opt = {
   .page_reuse = true,
   .color = true,
   .thp = THP_OPT_AUTO,
+  .overlap = true,
+  .overlap_min = 64 * KiB,
+  .overlap_copy_max = 64 * KiB,
+  .overlap_poll_us = 50,
   .numa_policy = NUMA_LOCAL,
   .numa_node = -1,
 };
@@ -190,6 +194,26 @@ static option_t table[] = {
     "and a SIGSEGV handler (system calls fail with EFAULT, see locus_next_touch_resolve); auto: uffd when "
     "allowed, else protect.", START},
    T_ENUM, 0, 0, next_touch_names, &locus_opt.next_touch, NULL},
+  {{"overlap", "LOCUS_OVERLAP", "bool", "1", "0/1, yes/no, on/off, true/false",
+    "With liblocus-overlap.so loaded (locus run --overlap, docs/overlap.md): 0 turns it off (MPI calls "
+    "block as without it). liblocus.so alone ignores it, as the other LOCUS_OVERLAP_* settings.", START},
+   T_BOOL, 0, 0, NULL, &locus_opt.overlap, NULL},
+  {{"overlap_min", "LOCUS_OVERLAP_MIN", "size", "64k", "4k to 1G",
+    "With overlap: blocks of at least this size (aligned to a page at most) are memory-file-backed, so "
+    "that transfers from or into them can be guarded by page protection and overlapped.", START},
+   T_SIZE, 4 * KiB, GiB, NULL, &locus_opt.overlap_min, NULL},
+  {{"overlap_copy_max", "LOCUS_OVERLAP_COPY_MAX", "size", "64k", "0 to 64M",
+    "With overlap: a send from memory that cannot be guarded (stack, globals, small blocks) is copied "
+    "and overlapped up to this size; larger ones block.", START},
+   T_SIZE, 0, 64 * MiB, NULL, &locus_opt.overlap_copy_max, NULL},
+  {{"overlap_poll_us", "LOCUS_OVERLAP_POLL_US", "size", "50", "0 to 100000",
+    "With overlap: the longest sleep, in microseconds, of the progress thread between two tests of pending "
+    "requests (it sleeps without a timeout when none is pending).", START},
+   T_SIZE, 0, 100000, NULL, &locus_opt.overlap_poll_us, NULL},
+  {{"overlap_stats", "LOCUS_OVERLAP_STATS", "bool", "0", "0/1, yes/no, on/off, true/false",
+    "With overlap: each rank prints at MPI_Finalize the calls it guarded, copied and blocked, and the "
+    "faults and system calls that waited.", START},
+   T_BOOL, 0, 0, NULL, &locus_opt.overlap_stats, NULL},
   {{"stats", "LOCUS_STATS", "bool", "0", "0/1, yes/no, on/off, true/false",
     "Print statistics at exit (to stderr, or LOCUS_STATS_FILE).", RT},
    T_BOOL, 0, 0, NULL, &locus_opt.stats, NULL},

@@ -34,6 +34,13 @@ typedef struct {
   _Atomic next_touch_opt_t next_touch;   /* LOCUS_NEXT_TOUCH (enum, start-up only) */
   atomic_bool stats;               /* print statistics at exit */
   atomic_bool verbose;
+  /* Read by liblocus-overlap.so (docs/overlap.md) through locus_option_get;
+   * locus itself only parses and documents them. Start-up only. */
+  atomic_bool overlap;             /* LOCUS_OVERLAP */
+  size_t overlap_min;              /* blocks this large are memory-file-backed, guardable */
+  size_t overlap_copy_max;         /* sends of unguardable memory copied up to this size */
+  size_t overlap_poll_us;          /* the progress thread's longest sleep with requests pending */
+  atomic_bool overlap_stats;       /* per-rank counts at MPI_Finalize */
   numa_policy_t numa_policy;       /* start-up only */
   int numa_node;                   /* the N of bind:N and preferred:N */
 } options_t;

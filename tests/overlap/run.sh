@@ -8,7 +8,9 @@
 #       multiple  LIB preloaded, the program asks for MPI_THREAD_MULTIPLE:
 #                 overlap disabled with one warning per rank, cases pass,
 #                 nothing overlapped;
-#       tcp       as overlap, over TCP only (--mca btl tcp,self).
+#       tcp       as overlap, over TCP only (--mca btl tcp,self);
+#       locus-run as overlap, through `LIB run --overlap -- mpirun ...` (LIB is
+#                 then the locus command).
 # Skips (77) when ov_check was not built (no MPI at configure time) or
 # mpirun is missing.
 bin=${1:-}; np=${2:-2}; mode=${3:-overlap}; lib=${4:-}
@@ -31,6 +33,8 @@ case $mode in
               -x LD_PRELOAD="$lib" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
   tcp)      OV_EXPECT_OVERLAP=1 LOCUS_OVERLAP_STATS=1 "$@" --mca btl tcp,self -x OV_EXPECT_OVERLAP \
               -x LOCUS_OVERLAP_STATS -x LD_PRELOAD="$lib" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
+  locus-run) OV_EXPECT_OVERLAP=1 LOCUS_OVERLAP_STATS=1 timeout 300 "$lib" run --overlap -- mpirun $root \
+              --oversubscribe -np "$np" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
   multiple) OV_EXPECT_OVERLAP=0 OV_THREAD_LEVEL=3 "$@" -x OV_EXPECT_OVERLAP -x OV_THREAD_LEVEL \
               -x LD_PRELOAD="$lib" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
   *) echo "run.sh: unknown mode $mode"; exit 2 ;;
@@ -40,7 +44,7 @@ cat "$tmp/out"; cat "$tmp/err" >&2
 [ $rc = 0 ] || { echo "FAIL: mpirun exited $rc"; exit 1; }
 grep -q "^ov_check: all ok ($np ranks)" "$tmp/out" || { echo "FAIL: ov_check did not finish"; exit 1; }
 case $mode in
-  overlap|tcp)
+  overlap|tcp|locus-run)
     n=$(grep -c "locus-overlap: rank .* guarded" "$tmp/err")
     [ "$n" = "$np" ] || { echo "FAIL: $n of $np ranks reported overlap statistics (overlap not on?)"; exit 1; }
     if grep "locus-overlap:" "$tmp/err" | grep -v " guarded, "; then echo "FAIL: unexpected warnings"; exit 1; fi ;;

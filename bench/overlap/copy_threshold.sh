@@ -1,0 +1,44 @@
+#!/bin/sh
+# The copy threshold of liblocus-overlap.so (LOCUS_OVERLAP_COPY_MAX,
+# docs/overlap.md): copy_cost.c under mpirun -np 2, each setting RUNS times
+# (blocking: COPY_MAX=0; copying: COPY_MAX=64M), median per size of the time
+# rank 0 spends in MPI_Send. The threshold is the largest size up to which
+# the copying send costs the program at most half of the blocking send at
+# every size (the copy must win back most of the call for its memory and
+# bandwidth).
+#   copy_threshold.sh LIBOVERLAP [RUNS] [MPIRUN ARGS...]
+set -eu
+lib=$1; runs=${2:-3}; shift; [ $# -gt 0 ] && shift
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+mpicc -O2 "$here/copy_cost.c" -o "$tmp/copy_cost"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent=false
+for cm in 0 64M; do
+  i=0
+  while [ $i -lt "$runs" ]; do
+    LOCUS_OVERLAP_COPY_MAX=$cm mpirun --oversubscribe -np 2 "$@" -x LOCUS_OVERLAP_COPY_MAX -x LD_PRELOAD="$lib" \
+      "$tmp/copy_cost" 200 >"$tmp/$cm.$i"
+    i=$((i + 1))
+  done
+done
+python3 - "$tmp" "$runs" <<'PY'
+import sys, statistics, os
+d, runs = sys.argv[1], int(sys.argv[2])
+def med(cm):
+    rows = {}
+    for i in range(runs):
+        for line in open(os.path.join(d, "%s.%d" % (cm, i))):
+            n, ins, tot = line.split()
+            rows.setdefault(int(n), []).append(float(ins))
+    return {n: statistics.median(v) for n, v in rows.items()}
+b, c = med("0"), med("64M")
+print("%10s %14s %14s %7s" % ("bytes", "blocking_us", "copying_us", "ratio"))
+thr = 0
+ok = True
+for n in sorted(b):
+    r = c[n] / b[n] if b[n] else float("inf")
+    print("%10d %14.2f %14.2f %7.3f" % (n, b[n], c[n], r))
+    if ok and r <= 0.5: thr = n
+    else: ok = False
+print("threshold", thr)
+PY
