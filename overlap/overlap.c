@@ -76,6 +76,7 @@ typedef struct {
   MPI_Request req;
   MPI_Comm comm;
   void *copy;                          /* a private copy sent instead of the buffer: freed at completion */
+  size_t copy_len;
 } ov_req_t;
 
 static ov_req_t reqs[OV_MAX];
@@ -112,6 +113,41 @@ static void ov_warn(const char *msg) {
 }
 
 static inline bool ov_active(void) { return atomic_load_explicit(&ov_state, memory_order_acquire) == OV_ON; }
+
+/* ov_lock in a program thread: every signal held meanwhile. A handler of
+ * the program touching a guarded page while this thread held the lock
+ * would wait for the progress thread, which would wait for the lock. */
+typedef struct { sigset_t old; } held_t;
+static void lock_prog(held_t *h) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &h->old);
+  pthread_mutex_lock(&ov_lock);
+}
+static void unlock_prog(held_t *h) {
+  pthread_mutex_unlock(&ov_lock);
+  pthread_sigmask(SIG_SETMASK, &h->old, NULL);
+}
+
+/* A private copy's memory: aligned beyond a page, so that locus serves it
+ * from its ordinary heaps, not from a memory file (locus_overlap_enable
+ * applies to blocks aligned to a page at most): a copy is never guarded, and
+ * a memory file per copy would cost a memfd_create and two mmaps. */
+#define OV_COPY_TOTAL ((size_t)64 << 20)   /* bytes of copies pending at most: beyond, sends block */
+static _Atomic size_t ov_copy_bytes;
+static void *copy_alloc(size_t n) {
+  void *p = NULL;
+  if (atomic_fetch_add(&ov_copy_bytes, n) + n > OV_COPY_TOTAL || locus_posix_memalign(&p, 2 * ov_page, n) != 0) {
+    atomic_fetch_sub(&ov_copy_bytes, n);
+    return NULL;
+  }
+  return p;
+}
+static void copy_free(void *p, size_t n) {
+  if (!p) return;
+  atomic_fetch_sub(&ov_copy_bytes, n);
+  free(p);
+}
 
 /* ---- protection ---------------------------------------------------------- */
 /* Sets the pages of [a, b) to the intersection of the permissions of the
@@ -237,7 +273,7 @@ static void finish(int i, const MPI_Status *st) {
   void *copy = r->copy;
   r->copy = NULL;
   atomic_fetch_sub(&ov_pending, 1);
-  if (copy) free(copy);
+  copy_free(copy, r->copy_len);
 }
 
 static void *progress(void *arg) {
@@ -315,7 +351,8 @@ static void *progress(void *arg) {
 static int ov_drain(const char *who) {
   (void)who;
   if (!ov_active() || ov_self) return MPI_SUCCESS;
-  pthread_mutex_lock(&ov_lock);
+  held_t h;
+  lock_prog(&h);
   if (atomic_load(&ov_pending)) {
     atomic_fetch_add_explicit(&st_drains, 1, memory_order_relaxed);
     ov_waiters++;
@@ -326,7 +363,7 @@ static int ov_drain(const char *who) {
   int e = ov_err;
   MPI_Comm c = ov_err_comm;
   ov_err = 0;
-  pthread_mutex_unlock(&ov_lock);
+  unlock_prog(&h);
   if (e) PMPI_Comm_call_errhandler(c, e);
   return e;
 }
@@ -354,15 +391,6 @@ static span_t span_of(const void *buf, int count, MPI_Datatype dt) {
   return s;
 }
 
-/* A private copy's memory: aligned beyond a page, so that locus serves it
- * from its ordinary heaps, not from a memory file (locus_overlap_enable
- * applies to blocks aligned to a page at most): a copy is never guarded, and
- * a memory file per copy would cost a memfd_create and two mmaps. */
-static void *copy_alloc(size_t n) {
-  void *p = NULL;
-  return locus_posix_memalign(&p, 2 * ov_page, n) == 0 ? p : NULL;
-}
-
 /* A free entry, reserved (ov_lock held); -1 when the table is full. */
 static int take_slot(void) {
   int high = atomic_load(&ov_high);
@@ -378,21 +406,32 @@ static int take_slot(void) {
 }
 
 static void release_slot(int i) {
-  pthread_mutex_lock(&ov_lock);
+  held_t h;
+  lock_prog(&h);
   reqs[i].reserved = false;
-  pthread_mutex_unlock(&ov_lock);
+  unlock_prog(&h);
+}
+
+static int reserve_slot(void) {
+  held_t h;
+  lock_prog(&h);
+  int i = take_slot();
+  unlock_prog(&h);
+  return i;
 }
 
 /* Publishes request i (posted already) and protects its pages. */
 static void publish(int i, MPI_Request req, MPI_Comm comm, span_t s, const locus_overlap_span_t *g, int prot,
-                    bool writes, void *copy) {
+                    bool writes, void *copy, size_t copy_len) {
   ov_req_t *r = &reqs[i];
-  pthread_mutex_lock(&ov_lock);
+  held_t h;
+  lock_prog(&h);
   r->req = req;
   r->comm = comm;
   r->prot = prot;
   r->writes = writes;
   r->copy = copy;
+  r->copy_len = copy_len;
   atomic_store(&r->ua, s.a);
   atomic_store(&r->ub, s.b);
   atomic_store(&r->pa, g ? (uintptr_t)g->start : 0);
@@ -402,7 +441,7 @@ static void publish(int i, MPI_Request req, MPI_Comm comm, span_t s, const locus
   atomic_fetch_add(&ov_pending, 1);
   if (g) apply_prot((uintptr_t)g->start, (uintptr_t)g->start + g->len);
   pthread_cond_signal(&ov_work);
-  pthread_mutex_unlock(&ov_lock);
+  unlock_prog(&h);
 }
 
 /* The thesis's serialisation: a new request waits for the pending ones
@@ -445,9 +484,7 @@ static int post_send(isend_fn isend, const void *buf, int count, MPI_Datatype dt
   way_t w = choose(buf, s, true, &g);
   if (w == WAY_BLOCK) return 1;
   wait_conflicts(s, false);
-  pthread_mutex_lock(&ov_lock);
-  int i = take_slot();
-  pthread_mutex_unlock(&ov_lock);
+  int i = reserve_slot();
   if (i < 0) return 1;
   void *copy = NULL;
   const void *from = buf;
@@ -464,13 +501,14 @@ static int post_send(isend_fn isend, const void *buf, int count, MPI_Datatype dt
   }
   MPI_Request req;
   int rc = isend(from, count, dt, dest, tag, comm, &req);
+  size_t clen = s.b - s.a;
   if (rc != MPI_SUCCESS) {
     release_slot(i);
-    free(copy);
+    copy_free(copy, clen);
     return rc;
   }
   if (w == WAY_EMPTY || w == WAY_COPY) s.a = s.b = 0;   /* nothing of the program's is in use */
-  publish(i, req, comm, s, w == WAY_GUARD ? &g : NULL, 1, false, copy);
+  publish(i, req, comm, s, w == WAY_GUARD ? &g : NULL, 1, false, copy, clen);
   atomic_fetch_add_explicit(w == WAY_COPY ? &st_copied : &st_guarded, 1, memory_order_relaxed);
   return MPI_SUCCESS;
 }
@@ -481,9 +519,7 @@ static int post_recv(void *buf, int count, MPI_Datatype dt, int src, int tag, MP
   way_t w = choose(buf, s, false, &g);
   if (w == WAY_BLOCK) return 1;
   wait_conflicts(s, true);
-  pthread_mutex_lock(&ov_lock);
-  int i = take_slot();
-  pthread_mutex_unlock(&ov_lock);
+  int i = reserve_slot();
   if (i < 0) return 1;
   void *into = w == WAY_GUARD ? (char *)g.shadow + ((uintptr_t)buf - (uintptr_t)g.start) : buf;
   MPI_Request req;
@@ -492,7 +528,7 @@ static int post_recv(void *buf, int count, MPI_Datatype dt, int src, int tag, MP
     release_slot(i);
     return rc;
   }
-  publish(i, req, comm, s, w == WAY_GUARD ? &g : NULL, 0, true, NULL);
+  publish(i, req, comm, s, w == WAY_GUARD ? &g : NULL, 0, true, NULL, 0);
   atomic_fetch_add_explicit(&st_guarded, 1, memory_order_relaxed);
   return MPI_SUCCESS;
 }
@@ -599,34 +635,32 @@ EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, int dest,
        * would do); the incoming into the guarded buffer. */
       wait_conflicts(s, true);
       void *copy = copy_alloc(s.b - s.a);
-      pthread_mutex_lock(&ov_lock);
-      int i = copy ? take_slot() : -1;
-      int j = i >= 0 ? take_slot() : -1;
-      pthread_mutex_unlock(&ov_lock);
+      int i = copy ? reserve_slot() : -1;
+      int j = i >= 0 ? reserve_slot() : -1;
       if (j >= 0) {
         memcpy(copy, (void *)s.a, s.b - s.a);
         MPI_Request rr, sr;
         void *into = (char *)g.shadow + ((uintptr_t)buf - (uintptr_t)g.start);
         int rc = PMPI_Irecv(into, count, dt, src, rtag, comm, &rr);
         if (rc == MPI_SUCCESS) {
-          publish(i, rr, comm, s, &g, 0, true, NULL);
+          publish(i, rr, comm, s, &g, 0, true, NULL, 0);
           rc = PMPI_Isend((char *)copy + ((uintptr_t)buf - s.a), count, dt, dest, stag, comm, &sr);
           if (rc == MPI_SUCCESS) {
-            publish(j, sr, comm, (span_t){0, 0, true}, NULL, 1, false, copy);
+            publish(j, sr, comm, (span_t){0, 0, true}, NULL, 1, false, copy, s.b - s.a);
             atomic_fetch_add_explicit(&st_guarded, 1, memory_order_relaxed);
             return MPI_SUCCESS;
           }
           release_slot(j);
-          free(copy);
+          copy_free(copy, s.b - s.a);
           return rc;                   /* the receive is pending; the send's error is the call's */
         }
         release_slot(i);
         release_slot(j);
-        free(copy);
+        copy_free(copy, s.b - s.a);
         return rc;
       }
       if (i >= 0) release_slot(i);
-      free(copy);
+      copy_free(copy, s.b - s.a);
     }
   }
   int e = ov_active() && !ov_self ? blocked() : MPI_SUCCESS;

@@ -1,11 +1,11 @@
 #!/bin/sh
 # The copy threshold of liblocus-overlap.so (LOCUS_OVERLAP_COPY_MAX,
 # docs/overlap.md): copy_cost.c under mpirun -np 2, each setting RUNS times
-# (blocking: COPY_MAX=0; copying: COPY_MAX=64M), median per size of the time
-# rank 0 spends in MPI_Send. The threshold is the largest size up to which
-# the copying send costs the program at most half of the blocking send at
-# every size (the copy must win back most of the call for its memory and
-# bandwidth).
+# (blocking: COPY_MAX=0; copying: COPY_MAX=64M), the lowest over the runs of the
+# median time rank 0 spends in one MPI_Send (other jobs only add time). The threshold: below 64 KiB the blocking send
+# is eager (a few microseconds: copying neither wins nor loses much); from
+# 64 KiB on, the first size where copying costs at least as much as
+# blocking ends the range where it pays: the threshold is the size before.
 #   copy_threshold.sh LIBOVERLAP [RUNS] [MPIRUN ARGS...]
 set -eu
 lib=$1; runs=${2:-3}; shift; [ $# -gt 0 ] && shift
@@ -30,15 +30,15 @@ def med(cm):
         for line in open(os.path.join(d, "%s.%d" % (cm, i))):
             n, ins, tot = line.split()
             rows.setdefault(int(n), []).append(float(ins))
-    return {n: statistics.median(v) for n, v in rows.items()}
+    return {n: min(v) for n, v in rows.items()}
 b, c = med("0"), med("64M")
 print("%10s %14s %14s %7s" % ("bytes", "blocking_us", "copying_us", "ratio"))
-thr = 0
-ok = True
+thr, stop = 0, False
 for n in sorted(b):
     r = c[n] / b[n] if b[n] else float("inf")
     print("%10d %14.2f %14.2f %7.3f" % (n, b[n], c[n], r))
-    if ok and r <= 0.5: thr = n
-    else: ok = False
+    if n >= 65536 and not stop:
+        if r < 1: thr = n
+        else: stop = True
 print("threshold", thr)
 PY
