@@ -93,7 +93,7 @@ static MPI_Comm ov_err_comm;
 static bool ov_stop;
 static pthread_t ov_thread;
 static int ov_asked = MPI_THREAD_SINGLE;   /* the level the program asked for */
-static size_t ov_min = 64 * 1024, ov_copy_max = 64 * 1024;
+static size_t ov_min = 64 * 1024, ov_copy_max = 512 * 1024;   /* locus's defaults (README) */
 static bool ov_stats;                  /* LOCUS_OVERLAP_STATS */
 static long ov_poll_us = 50;           /* the progress thread's longest sleep while requests are pending */
 static size_t ov_page = 4096;

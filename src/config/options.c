@@ -43,7 +43,7 @@ options_t locus_opt = {
   .thp = THP_OPT_AUTO,
   .overlap = true,
   .overlap_min = 64 * KiB,
-  .overlap_copy_max = 64 * KiB,
+  .overlap_copy_max = 512 * KiB,
   .overlap_poll_us = 50,
   .numa_policy = NUMA_LOCAL,
   .numa_node = -1,
@@ -202,9 +202,10 @@ static option_t table[] = {
     "With overlap: blocks of at least this size (aligned to a page at most) are memory-file-backed, so "
     "that transfers from or into them can be guarded by page protection and overlapped.", START},
    T_SIZE, 4 * KiB, GiB, NULL, &locus_opt.overlap_min, NULL},
-  {{"overlap_copy_max", "LOCUS_OVERLAP_COPY_MAX", "size", "64k", "0 to 64M",
+  {{"overlap_copy_max", "LOCUS_OVERLAP_COPY_MAX", "size", "512k", "0 to 64M",
     "With overlap: a send from memory that cannot be guarded (stack, globals, small blocks) is copied "
-    "and overlapped up to this size; larger ones block.", START},
+    "and overlapped up to this size (measured: bench/overlap/copy_threshold.sh, docs/overlap.md); larger "
+    "ones block.", START},
    T_SIZE, 0, 64 * MiB, NULL, &locus_opt.overlap_copy_max, NULL},
   {{"overlap_poll_us", "LOCUS_OVERLAP_POLL_US", "size", "50", "0 to 100000",
     "With overlap: the longest sleep, in microseconds, of the progress thread between two tests of pending "
