@@ -1,5 +1,5 @@
 /* The hooks of liblocus-overlap.so (overlap/overlap.c, docs/overlap.md):
- * Commmama's protection layer (B. Lescouet, PhD thesis, 2021, "Memory management for operating systems and runtimes", Ch.3) needs
+ * Commmama's protection layer (A. Lescouet, PhD thesis, 2021, "Memory management for operating systems and runtimes", Ch.3) needs
  * an allocator that places buffers on whole pages of memory-file regions
  * (so that a second, *shadow* view of the same pages can be given to the MPI
  * runtime while the program's view is protected), a fault engine shared
