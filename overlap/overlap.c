@@ -1,5 +1,5 @@
 /* liblocus-overlap.so: blocking MPI point-to-point calls run in the
- * background, kept correct by page protection. This is Commmama (B. Lescouet,
+ * background, kept correct by page protection. This is Commmama (A. Lescouet,
  * PhD thesis, 2021, "Memory management for operating systems and runtimes",
  * Ch.3) built on locus: the same three layers, written anew.
  *
