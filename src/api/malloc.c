@@ -69,7 +69,7 @@ static NOINLINE void *big_alloc_in(heap_t *h, size_t size, size_t align, bool ze
    * are memory-file regions, so that the MPI runtime can use a shadow view. */
   size_t ovmin = atomic_load_explicit(&file_overlap_min, memory_order_relaxed);
   if (unlikely(ovmin) && size >= ovmin && align <= PAGE_SIZE && h->place == PLACE_MAIN &&
-      (p = large_file_alloc(h, size)) != NULL)
+      (p = large_overlap_alloc(h, size, zero)) != NULL)
     return p;
   if (size <= locus_opt.large_threshold && align <= locus_opt.large_threshold / 4 &&
       size + align <= locus_opt.large_threshold)

@@ -16,6 +16,7 @@ LOCUS_EXPORT int locus_overlap_enable(size_t min_bytes) {
   locus_init();
   if (min_bytes && min_bytes < PAGE_SIZE) min_bytes = PAGE_SIZE;
   atomic_store(&file_overlap_min, min_bytes);
+  if (!min_bytes) file_keep_flush();
   return 0;
 }
 

@@ -750,6 +750,9 @@ static inline size_t large_usable(const large_t *l) {
  * copy-on-write copy of [src, src + len) inside `from`, a shareable block.
  * The payload pointer, or NULL with errno. */
 void *large_file_alloc(heap_t *h, size_t size);
+/* An overlap block (docs/overlap.md): a memory-file region, a kept one when
+ * there is (cleared if zero). NULL with errno. */
+void *large_overlap_alloc(heap_t *h, size_t size, bool zero);
 void *large_file_copy(heap_t *h, large_t *from, const void *src, size_t len);
 
 #endif /* LOCUS_HEAP_H */

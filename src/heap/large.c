@@ -193,6 +193,19 @@ void *large_file_alloc(heap_t *h, size_t size) {
   return r ? file_block(h, r, PAGE_SIZE, size) : NULL;
 }
 
+void *large_overlap_alloc(heap_t *h, size_t size, bool zero) {
+  if (size > PTRDIFF_MAX / 2) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  region_t *r = file_region_take(size);
+  bool kept = r != NULL;
+  if (!r) r = file_region_new_overlap(size);
+  void *p = r ? file_block(h, r, PAGE_SIZE, size) : NULL;
+  if (p && kept && zero) memset(p, 0, size);
+  return p;
+}
+
 void *large_file_copy(heap_t *h, large_t *from, const void *src, size_t len) {
   size_t inpage;
   region_t *r = file_region_copy(&from->r, (uintptr_t)src, len, &inpage);

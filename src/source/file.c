@@ -210,7 +210,75 @@ region_t *file_region_copy(region_t *from, uintptr_t src, size_t len, size_t *in
   return r;
 }
 
+#define FILE_KEEP 16
+#define FILE_KEEP_BYTES (256 * MiB)
+static region_t *kept[FILE_KEEP];     /* under file_lock */
+static int nkept;
+static size_t kept_bytes;
+
+static void region_release(region_t *r);
+
+region_t *file_region_new_overlap(size_t len) {
+  region_t *r = file_region_new(len);
+  if (r) file_info(r)->overlap = true;
+  return r;
+}
+
+region_t *file_region_take(size_t len) {
+  size_t flen = align_up(len ? len : 1, PAGE_SIZE);
+  region_t *r = NULL, *stale[FILE_KEEP];
+  int nstale = 0;
+  lock_acquire(&file_lock);
+  int best = -1;
+  for (int i = 0; i < nkept; i++) {
+    file_info_t *fi = file_info(kept[i]);
+    if (fi->file->shared_at != (char *)kept[i] + PAGE_SIZE) {   /* frozen by a fork: of no use */
+      stale[nstale++] = kept[i];
+      kept_bytes -= fi->flen;
+      kept[i--] = kept[--nkept];
+      continue;
+    }
+    if (fi->flen >= flen && fi->flen / 2 <= flen && (best < 0 || fi->flen < file_info(kept[best])->flen)) best = i;
+  }
+  if (best >= 0) {
+    r = kept[best];
+    kept_bytes -= file_info(r)->flen;
+    kept[best] = kept[--nkept];
+  }
+  lock_release(&file_lock);
+  for (int i = 0; i < nstale; i++) region_release(stale[i]);
+  if (r) r->zeroed = 0;
+  return r;
+}
+
+void file_keep_flush(void) {
+  for (;;) {
+    lock_acquire(&file_lock);
+    region_t *r = nkept ? kept[--nkept] : NULL;
+    if (r) kept_bytes -= file_info(r)->flen;
+    lock_release(&file_lock);
+    if (!r) return;
+    region_release(r);
+  }
+}
+
 void file_region_free(region_t *r) {
+  file_info_t *fi = file_info(r);
+  if (fi->overlap && atomic_load_explicit(&file_overlap_min, memory_order_relaxed)) {
+    lock_acquire(&file_lock);
+    bool keep = nkept < FILE_KEEP && kept_bytes + fi->flen <= FILE_KEEP_BYTES && fi->file->refs == 1 &&
+                fi->file->shared_at == (char *)r + PAGE_SIZE;
+    if (keep) {
+      kept[nkept++] = r;
+      kept_bytes += fi->flen;
+    }
+    lock_release(&file_lock);
+    if (keep) return;
+  }
+  region_release(r);
+}
+
+static void region_release(region_t *r) {
   mfile_t *f = file_info(r)->file;
   void *pages = (char *)r + PAGE_SIZE;
   lock_acquire(&file_lock);

@@ -141,6 +141,7 @@ typedef struct {
   size_t foff;                 /* offset in the file of the region's first file page */
   size_t flen;                 /* bytes of the file mapped after the header page */
   void *_Atomic shadow;        /* overlap: a second shared view of the file pages, or NULL */
+  bool overlap;                /* an overlap block's region: kept for reuse when freed */
 } file_info_t;
 #define FILE_INFO_OFF 64
 file_info_t *file_info(region_t *r);
@@ -168,5 +169,15 @@ void *file_region_shadow(region_t *r);
  * there for the transfers that use them. */
 extern void (*_Atomic file_quiesce_hook)(void *start, size_t len);
 void file_quiesce(region_t *r);
+/* Overlap blocks' regions are kept when freed (FILE_KEEP of them, up to
+ * FILE_KEEP_BYTES, still in shared mode, pages resident, shadow mapped): a
+ * program that allocates its buffers in a loop would otherwise pay a memory
+ * file, two mappings and a shared-memory fault per page each time.
+ * file_region_take: a kept region of at least len bytes (at most twice), its
+ * contents stale, or NULL. file_region_new_overlap: a new region so marked.
+ * file_keep_flush: every kept region back to the OS (overlap turned off). */
+region_t *file_region_take(size_t len);
+region_t *file_region_new_overlap(size_t len);
+void file_keep_flush(void);
 
 #endif /* LOCUS_SOURCE_H */

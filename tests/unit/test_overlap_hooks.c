@@ -6,7 +6,8 @@
  * page and a read of an inaccessible one reach the hook, which restores
  * access, and the access completes); the quiesce hook runs before such a
  * block is freed and before it is frozen (locus_cow_copy); after a fork the
- * blocks of both sides have no shadow (new ones do); bad input. */
+ * blocks of both sides have no shadow (new ones do); freed blocks' regions
+ * kept and reused (calloc cleared); bad input. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdatomic.h>
@@ -109,6 +110,23 @@ int main(void) {
   CHECK(locus_overlap_span(e2, 10, &s) == 0, "a new block after fork has a span");
   free(e2);
   free(e);
+
+  /* Kept for reuse: the same region again, calloc cleared, a shadow still. */
+  char *k1 = malloc(500 * 1000);
+  memset(k1, 0x5a, 500 * 1000);
+  free(k1);
+  char *k2 = malloc(480 * 1000);
+  CHECK(k2 == k1, "a freed overlap block's region is reused: %p %p", (void *)k1, (void *)k2);
+  CHECK(locus_overlap_span(k2, 100, &s) == 0 && ((char *)s.shadow)[50] == 0x5a, "kept region: same memory, shadow");
+  free(k2);
+  unsigned char *k3 = calloc(1, 500 * 1000);
+  size_t nz = 0;
+  for (size_t i = 0; i < 500 * 1000; i++) nz += k3[i] != 0;
+  CHECK(k3 == (unsigned char *)k1 && nz == 0, "calloc on a kept region clears it (%zu non-zero)", nz);
+  free(k3);
+  char *k4 = malloc(200 * 1000);
+  CHECK(k4 != k1, "a kept region is not given to a block of less than half its size");
+  free(k4);
 
   /* Disabled again: blocks are ordinary. */
   CHECK(locus_overlap_enable(0) == 0, "disable");
