@@ -121,6 +121,8 @@ typedef struct { sigset_t old; } held_t;
 static void lock_prog(held_t *h) {
   sigset_t all;
   sigfillset(&all);
+  sigdelset(&all, SIGSEGV);            /* a fault while a signal is blocked kills the process */
+  sigdelset(&all, SIGBUS);
   pthread_sigmask(SIG_BLOCK, &all, &h->old);
   pthread_mutex_lock(&ov_lock);
 }
@@ -228,10 +230,35 @@ static bool wait_covering(uintptr_t a, uintptr_t b, bool pages) {
   return found;
 }
 
+/* Whether a pending request covers pages of [a, b) (no wait). */
+static bool wait_covering_test(uintptr_t a, uintptr_t b) {
+  int high = atomic_load_explicit(&ov_high, memory_order_acquire);
+  for (int i = 0; i < high; i++) {
+    ov_req_t *r = &reqs[i];
+    if (!(atomic_load_explicit(&r->gen, memory_order_acquire) & 1)) continue;
+    uintptr_t x = atomic_load_explicit(&r->pa, memory_order_relaxed), y = atomic_load_explicit(&r->pb, memory_order_relaxed);
+    if (x < b && y > a && x != y) return true;
+  }
+  return false;
+}
+
 /* locus's SIGSEGV handler asks here (after next touch) about each fault. */
+static _Atomic size_t st_unguarded;
+
 static int ov_fault(void *addr, int access_error) {
   if (!access_error) return 0;         /* protected pages give access errors only */
   uintptr_t page = (uintptr_t)addr & ~(uintptr_t)(ov_page - 1);
+  if (ov_self) {
+    /* The runtime, progressing in this thread, touched a guarded page at
+     * the program's own address: the buffer of one of the program's own
+     * non-blocking requests shares a page with an intercepted call's. Only
+     * this thread completes requests, so it cannot wait: the page is made
+     * accessible (its guard is lost until those requests complete). */
+    if (!wait_covering_test(page, page + ov_page)) return 0;
+    locus_overlap_protect((void *)page, ov_page, 3);
+    atomic_fetch_add_explicit(&st_unguarded, 1, memory_order_relaxed);
+    return 1;
+  }
   if (wait_covering(page, page + ov_page, true)) {
     atomic_fetch_add_explicit(&st_faults, 1, memory_order_relaxed);
     return 1;
@@ -279,8 +306,12 @@ static void finish(int i, const MPI_Status *st) {
 static void *progress(void *arg) {
   (void)arg;
   ov_self = 1;
-  sigset_t all;
-  sigfillset(&all);
+  sigset_t all;                        /* the program's signals go to its own threads; */
+  sigfillset(&all);                    /* faults stay deliverable (a blocked SIGSEGV kills) */
+  sigdelset(&all, SIGSEGV);
+  sigdelset(&all, SIGBUS);
+  sigdelset(&all, SIGFPE);
+  sigdelset(&all, SIGILL);
   pthread_sigmask(SIG_BLOCK, &all, NULL);
   static MPI_Request rq[OV_MAX];
   static int map[OV_MAX], idx[OV_MAX];
@@ -770,9 +801,10 @@ static void print_stats(void) {
   int rank = -1;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   snprintf(msg, sizeof msg,
-           "rank %d: %zu guarded, %zu copied, %zu blocked, %zu faults waited, %zu drains, %zu system calls waited",
+           "rank %d: %zu guarded, %zu copied, %zu blocked, %zu faults waited, %zu drains, %zu system calls waited%s",
            rank, atomic_load(&st_guarded), atomic_load(&st_copied), atomic_load(&st_blocked), atomic_load(&st_faults),
-           atomic_load(&st_drains), atomic_load(&st_syscall_waits));
+           atomic_load(&st_drains), atomic_load(&st_syscall_waits),
+           atomic_load(&st_unguarded) ? ", pages unguarded for the runtime (see docs/overlap.md)" : "");
   ov_warn(msg);
 }
 

@@ -11,7 +11,8 @@
  * call, system calls on the buffers, free during a transfer, stack buffers
  * (copy and blocking paths), Sendrecv(_replace), Ssend/Rsend, errors
  * (invalid rank and communicator with MPI_ERRORS_RETURN), MPI_Cancel of a
- * program request while overlapped ones are pending, calls before MPI_Init
+ * program request while overlapped ones are pending, a program's own receive
+ * into a page an intercepted send guards, calls before MPI_Init
  * and after MPI_Finalize, MPI_Finalize with transfers pending. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -418,6 +419,32 @@ static void c_errors(void) {
   done("errors and cancel");
 }
 
+/* The program's own non-blocking receive into a page that an intercepted
+ * send then guards: the runtime writes the program's address while the
+ * page is read-only (the progress thread must not wait for itself). */
+static void c_program_requests(void) {
+  size_t n = 1 << 20;
+  char *b = malloc(n);
+  for (int round = 0; round < 20; round++) {
+    char *page = b + 8 * 4096;
+    if (sender()) {
+      fill(b, 1000, 100 + round);
+      MPI_Send(b, 1000, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+      MPI_Recv(b + 4096, 1000, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      check(b + 4096, 1000, 200 + round, "program request: guarded send");
+    } else {
+      MPI_Request rq;
+      MPI_Irecv(page, 1000, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &rq);
+      fill(page + 2048, 1000, 200 + round);
+      MPI_Send(page + 2048, 1000, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+      MPI_Wait(&rq, MPI_STATUS_IGNORE);
+      check(page, 1000, 100 + round, "program request: its receive");
+    }
+  }
+  free(b);
+  done("program requests on guarded pages");
+}
+
 /* The call is overlapped: a guarded MPI_Ssend returns before the receiver
  * posts its receive (200 ms later). */
 static void c_overlapped(void) {
@@ -472,6 +499,7 @@ int main(int argc, char **argv) {
   c_stack();
   c_modes();
   c_errors();
+  c_program_requests();
   c_overlapped();
   /* MPI_Finalize with transfers pending: the last send is not waited for. */
   size_t n = 2u << 20;
