@@ -636,14 +636,16 @@ EXPORT int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int de
     way_t ws = choose(sbuf, ss, true, &g1), wr = choose(rbuf, rs, false, &g2);
     bool apart = ss.b <= rs.a || rs.b <= ss.a || ss.a == ss.b || rs.a == rs.b;
     if (ws != WAY_BLOCK && wr != WAY_BLOCK && apart) {
-      /* The receive first, so that the posting order is the blocking call's
-       * (both are started before either waits). */
-      int rc = post_recv(rbuf, rcount, rtype, src, rtag, comm);
+      /* The send first: a copied send reads the program's view, which the
+       * receive would make inaccessible, and the data it waits for may
+       * depend on this very send. (The two directions of one MPI_Sendrecv
+       * are not ordered against each other.) */
+      int rc = post_send(isend_std, sbuf, scount, stype, dest, stag, comm);
       if (rc == MPI_SUCCESS) {
-        rc = post_send(isend_std, sbuf, scount, stype, dest, stag, comm);
-        if (rc == 1) {                 /* table full: the send blocks, the receive goes on */
+        rc = post_recv(rbuf, rcount, rtype, src, rtag, comm);
+        if (rc == 1) {                 /* table full: the receive blocks, the send goes on */
           int e = blocked();
-          rc = PMPI_Send(sbuf, scount, stype, dest, stag, comm);
+          rc = PMPI_Recv(rbuf, rcount, rtype, src, rtag, comm, MPI_STATUS_IGNORE);
           return rc == MPI_SUCCESS ? e : rc;
         }
         return rc;
