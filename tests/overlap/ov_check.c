@@ -16,6 +16,7 @@
  * and after MPI_Finalize, MPI_Finalize with transfers pending. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <mpi.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -445,6 +446,57 @@ static void c_program_requests(void) {
   done("program requests on guarded pages");
 }
 
+/* Threads of a FUNNELED-style program read a receive buffer and write a
+ * send buffer while the main thread's calls are pending: each access
+ * faults and waits on its own. */
+typedef struct {
+  char *buf;
+  size_t n;
+  int seed;
+  bool write;
+  int bad;
+} worker_t;
+
+static void *worker(void *arg) {
+  worker_t *w = arg;
+  for (size_t i = 0; i < w->n; i += 4096 / 4) {
+    if (w->write) w->buf[i] = (char)w->seed;
+    else if ((unsigned char)w->buf[i] != pat(i, w->seed)) w->bad++;
+  }
+  return NULL;
+}
+
+static void c_threads(void) {
+  size_t n = 2u << 20;
+  char *b = malloc(n);
+  enum { T = 4 };
+  for (int round = 0; round < 5; round++) {
+    pthread_t t[T];
+    worker_t w[T];
+    if (sender()) {
+      fill(b, n, 110 + round);
+      MPI_Send(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+      for (int k = 0; k < T; k++) {   /* writers of the buffer in flight: they wait */
+        w[k] = (worker_t){b + (size_t)k * (n / T), n / T, 1, true, 0};
+        pthread_create(&t[k], NULL, worker, &w[k]);
+      }
+      for (int k = 0; k < T; k++) pthread_join(t[k], NULL);
+    } else {
+      MPI_Recv(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      for (int k = 0; k < T; k++) {   /* readers of the buffer still arriving: they wait */
+        w[k] = (worker_t){b, n, 110 + round, false, 0};
+        pthread_create(&t[k], NULL, worker, &w[k]);
+      }
+      for (int k = 0; k < T; k++) {
+        pthread_join(t[k], NULL);
+        if (w[k].bad) FAIL("thread %d read %d wrong bytes", k, w[k].bad);
+      }
+    }
+  }
+  free(b);
+  done("threads touching buffers in flight");
+}
+
 /* The call is overlapped: a guarded MPI_Ssend returns before the receiver
  * posts its receive (200 ms later). */
 static void c_overlapped(void) {
@@ -500,6 +552,7 @@ int main(int argc, char **argv) {
   c_modes();
   c_errors();
   c_program_requests();
+  c_threads();
   c_overlapped();
   /* MPI_Finalize with transfers pending: the last send is not waited for. */
   size_t n = 2u << 20;
