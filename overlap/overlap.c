@@ -732,9 +732,6 @@ __attribute__((constructor)) static void ov_ctor(void) {
     atomic_store(&ov_state, OV_OFF);
     return;
   }
-  /* From now on, blocks large enough to be worth guarding are memory-file
-   * regions (those allocated before this point are not guarded). */
-  locus_overlap_enable(ov_min);
   pthread_atfork(fork_prepare, NULL, fork_child);
 }
 
@@ -762,11 +759,18 @@ static void start(int provided) {
   atomic_store(&ov_state, OV_ON);
 }
 
+/* From MPI_Init on, blocks large enough to be worth guarding are memory-file
+ * regions (those allocated before are not guarded; processes that never
+ * start MPI, such as mpirun under `locus run --overlap`, are left alone). */
+static void enable(void) { locus_overlap_enable(ov_min); }
+
 EXPORT int MPI_Init(int *argc, char ***argv) {
   if (atomic_load(&ov_state) != OV_BEFORE) return PMPI_Init(argc, argv);
+  enable();
   int provided = MPI_THREAD_SINGLE;
   int rc = PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   if (rc == MPI_SUCCESS) start(provided);
+  else disable(NULL);
   return rc;
 }
 
@@ -780,9 +784,13 @@ EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
     disable("the program asks for MPI_THREAD_MULTIPLE: overlap disabled, blocking calls block");
     return PMPI_Init_thread(argc, argv, required, provided);
   }
+  enable();
   int got = MPI_THREAD_SINGLE;
   int rc = PMPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &got);
-  if (rc != MPI_SUCCESS) return rc;
+  if (rc != MPI_SUCCESS) {
+    disable(NULL);
+    return rc;
+  }
   start(got);
   /* The program sees the level it would have got: what it asked for when
    * the runtime gives more, else the runtime's. */
