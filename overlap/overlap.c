@@ -91,6 +91,8 @@ static _Atomic uint64_t ov_epoch;      /* bumped after each unprotect */
 static int ov_err;                     /* first error found at completion (under ov_lock) */
 static MPI_Comm ov_err_comm;
 static bool ov_stop;
+static bool ov_testing;                /* the progress thread is in MPI_Testsome (under ov_lock) */
+static bool ov_owned;                  /* a drain owns the pending requests (under ov_lock) */
 static pthread_t ov_thread;
 static int ov_asked = MPI_THREAD_SINGLE;   /* the level the program asked for */
 static size_t ov_min = 64 * 1024, ov_copy_max = 512 * 1024;   /* locus's defaults (README) */
@@ -98,6 +100,7 @@ static bool ov_stats;                  /* LOCUS_OVERLAP_STATS */
 static long ov_poll_us = 50;           /* the progress thread's longest sleep while requests are pending */
 static size_t ov_page = 4096;
 static LOCUS_OV_TLS int ov_self;       /* this thread is the progress thread */
+static LOCUS_OV_TLS int ov_completing; /* this thread completes requests (a drain in MPI_Waitall) */
 static LOCUS_OV_TLS struct { uintptr_t page; uint64_t epoch; } ov_last_retry;
 
 /* Statistics, printed at MPI_Finalize with LOCUS_OVERLAP_STATS=1. */
@@ -248,12 +251,12 @@ static _Atomic size_t st_unguarded;
 static int ov_fault(void *addr, int access_error) {
   if (!access_error) return 0;         /* protected pages give access errors only */
   uintptr_t page = (uintptr_t)addr & ~(uintptr_t)(ov_page - 1);
-  if (ov_self) {
+  if (ov_self || ov_completing) {
     /* The runtime, progressing in this thread, touched a guarded page at
      * the program's own address: the buffer of one of the program's own
      * non-blocking requests shares a page with an intercepted call's. Only
-     * this thread completes requests, so it cannot wait: the page is made
-     * accessible (its guard is lost until those requests complete). */
+     * this thread completes requests now, so it cannot wait: the page is
+     * made accessible (its guard is lost until those requests complete). */
     if (!wait_covering_test(page, page + ov_page)) return 0;
     locus_overlap_protect((void *)page, ov_page, 3);
     atomic_fetch_add_explicit(&st_unguarded, 1, memory_order_relaxed);
@@ -319,18 +322,22 @@ static void *progress(void *arg) {
   unsigned idle = 0;
   pthread_mutex_lock(&ov_lock);
   for (;;) {
-    while (!atomic_load(&ov_pending) && !ov_stop) pthread_cond_wait(&ov_work, &ov_lock);
-    if (!atomic_load(&ov_pending) && ov_stop) break;
+    /* Asleep while nothing is pending, or while a drain owns the requests. */
+    while ((!atomic_load(&ov_pending) || ov_owned) && !ov_stop) pthread_cond_wait(&ov_work, &ov_lock);
+    if (ov_stop && (!atomic_load(&ov_pending) || ov_owned)) break;
     int n = 0, high = atomic_load(&ov_high);
     for (int i = 0; i < high; i++)
       if (atomic_load(&reqs[i].gen) & 1) {
         map[n] = i;
         rq[n++] = reqs[i].req;
       }
+    ov_testing = true;
     pthread_mutex_unlock(&ov_lock);
     int out = 0;
     int rc = PMPI_Testsome(n, rq, &out, idx, st);
     pthread_mutex_lock(&ov_lock);
+    ov_testing = false;
+    if (ov_waiters) pthread_cond_broadcast(&ov_done);   /* a drain waits for the end of this test */
     if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
       /* The runtime could not test them (the error handler returned):
        * report it, and consider them done rather than spin for ever. */
@@ -385,11 +392,38 @@ static int ov_drain(const char *who) {
   held_t h;
   lock_prog(&h);
   if (atomic_load(&ov_pending)) {
+    /* The draining thread completes the requests itself (no hand-off to
+     * the progress thread and back on the way of a blocking call): it takes
+     * them over between two tests of the progress thread (a request is
+     * completed by one thread at a time), waits for all, gives them back. */
     atomic_fetch_add_explicit(&st_drains, 1, memory_order_relaxed);
     ov_waiters++;
-    pthread_cond_signal(&ov_work);
-    while (atomic_load(&ov_pending)) pthread_cond_wait(&ov_done, &ov_lock);
+    while (ov_testing) pthread_cond_wait(&ov_done, &ov_lock);
+    ov_owned = true;
+    static MPI_Request rq[OV_MAX];
+    static int map[OV_MAX];
+    static MPI_Status st[OV_MAX];
+    int n = 0, high = atomic_load(&ov_high);
+    for (int i = 0; i < high; i++)
+      if (atomic_load(&reqs[i].gen) & 1) {
+        map[n] = i;
+        rq[n++] = reqs[i].req;
+      }
+    unlock_prog(&h);                   /* the program's signals while it waits */
+    ov_completing = 1;
+    int rc = PMPI_Waitall(n, rq, st);
+    ov_completing = 0;
+    lock_prog(&h);
+    for (int k = 0; k < n; k++)
+      finish(map[k], rc == MPI_ERR_IN_STATUS ? &st[k] : NULL);
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS && !ov_err) {
+      ov_err = rc;
+      ov_err_comm = reqs[map[0]].comm;
+    }
+    ov_owned = false;
     ov_waiters--;
+    pthread_cond_broadcast(&ov_done);
+    pthread_cond_signal(&ov_work);
   }
   int e = ov_err;
   MPI_Comm c = ov_err_comm;
