@@ -218,9 +218,21 @@ static size_t kept_bytes;
 
 static void region_release(region_t *r);
 
+/* Each memory file holds a descriptor: at most FILE_OVERLAP_FILES overlap
+ * regions live at once, so that a program with many buffers keeps its own
+ * descriptors (beyond, blocks are ordinary: not guarded). */
+#define FILE_OVERLAP_FILES 256
+static atomic_int overlap_files;
+
 region_t *file_region_new_overlap(size_t len) {
+  if (atomic_fetch_add(&overlap_files, 1) >= FILE_OVERLAP_FILES) {
+    atomic_fetch_sub(&overlap_files, 1);
+    errno = EMFILE;
+    return NULL;
+  }
   region_t *r = file_region_new(len);
   if (r) file_info(r)->overlap = true;
+  else atomic_fetch_sub(&overlap_files, 1);
   return r;
 }
 
@@ -279,6 +291,7 @@ void file_region_free(region_t *r) {
 }
 
 static void region_release(region_t *r) {
+  if (file_info(r)->overlap) atomic_fetch_sub(&overlap_files, 1);
   mfile_t *f = file_info(r)->file;
   void *pages = (char *)r + PAGE_SIZE;
   lock_acquire(&file_lock);

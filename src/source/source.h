@@ -174,7 +174,8 @@ void file_quiesce(region_t *r);
  * program that allocates its buffers in a loop would otherwise pay a memory
  * file, two mappings and a shared-memory fault per page each time.
  * file_region_take: a kept region of at least len bytes (at most twice), its
- * contents stale, or NULL. file_region_new_overlap: a new region so marked.
+ * contents stale, or NULL. file_region_new_overlap: a new region so marked
+ * (NULL, EMFILE, when 256 are live: each holds a file descriptor).
  * file_keep_flush: every kept region back to the OS (overlap turned off). */
 region_t *file_region_take(size_t len);
 region_t *file_region_new_overlap(size_t len);

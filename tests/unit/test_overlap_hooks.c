@@ -7,7 +7,7 @@
  * access, and the access completes); the quiesce hook runs before such a
  * block is freed and before it is frozen (locus_cow_copy); after a fork the
  * blocks of both sides have no shadow (new ones do); freed blocks' regions
- * kept and reused (calloc cleared); bad input. */
+ * kept and reused (calloc cleared); at most 256 memory files live; bad input. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdatomic.h>
@@ -127,6 +127,19 @@ int main(void) {
   char *k4 = malloc(200 * 1000);
   CHECK(k4 != k1, "a kept region is not given to a block of less than half its size");
   free(k4);
+
+  /* At most 256 memory files live (descriptors): later blocks are ordinary. */
+  static char *many[300];
+  int spans = 0;
+  for (int i = 0; i < 300; i++) {
+    many[i] = malloc(70 * 1000 + (size_t)i * 4096);   /* sizes apart: no kept region fits twice */
+    spans += locus_overlap_span(many[i], 10, &s) == 0;
+  }
+  CHECK(spans <= 256 && spans >= 200, "%d of 300 blocks guardable", spans);
+  for (int i = 0; i < 300; i++) free(many[i]);
+  char *again = malloc(3 << 20);
+  CHECK(locus_overlap_span(again, 10, &s) == 0, "guardable again once freed");
+  free(again);
 
   /* Disabled again: blocks are ordinary. */
   CHECK(locus_overlap_enable(0) == 0, "disable");
