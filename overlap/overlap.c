@@ -322,9 +322,11 @@ static void *progress(void *arg) {
   unsigned idle = 0;
   pthread_mutex_lock(&ov_lock);
   for (;;) {
-    /* Asleep while nothing is pending, or while a drain owns the requests. */
-    while ((!atomic_load(&ov_pending) || ov_owned) && !ov_stop) pthread_cond_wait(&ov_work, &ov_lock);
-    if (ov_stop && (!atomic_load(&ov_pending) || ov_owned)) break;
+    /* Asleep while nothing is pending, or while a drain owns the requests
+     * or waits to take them over (it must not starve behind new tests). */
+    while ((!atomic_load(&ov_pending) || ov_owned || ov_waiters) && !ov_stop)
+      pthread_cond_wait(&ov_work, &ov_lock);
+    if (ov_stop && (!atomic_load(&ov_pending) || ov_owned || ov_waiters)) break;
     int n = 0, high = atomic_load(&ov_high);
     for (int i = 0; i < high; i++)
       if (atomic_load(&reqs[i].gen) & 1) {
