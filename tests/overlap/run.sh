@@ -9,6 +9,9 @@
 #                 overlap disabled with one warning per rank, cases pass,
 #                 nothing overlapped;
 #       tcp       as overlap, over TCP only (--mca btl tcp,self);
+#       nothread  LIB preloaded, the runtime made to provide less than
+#                 MPI_THREAD_MULTIPLE (OVERLAP_TEST_PROVIDED=2): one warning per
+#                 rank, cases pass, nothing overlapped;
 #       locus-run as overlap, through `LIB run --overlap -- mpirun ...` (LIB is
 #                 then the locus command).
 # Skips (77) when ov_check was not built (no MPI at configure time) or
@@ -35,6 +38,8 @@ case $mode in
               -x LOCUS_OVERLAP_STATS -x LD_PRELOAD="$lib" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
   locus-run) OV_EXPECT_OVERLAP=1 LOCUS_OVERLAP_STATS=1 timeout 300 "$lib" run --overlap -- mpirun $root \
               --oversubscribe -np "$np" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
+  nothread) OV_EXPECT_OVERLAP=0 OVERLAP_TEST_PROVIDED=2 "$@" -x OV_EXPECT_OVERLAP -x OVERLAP_TEST_PROVIDED \
+              -x LD_PRELOAD="$lib" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
   multiple) OV_EXPECT_OVERLAP=0 OV_THREAD_LEVEL=3 "$@" -x OV_EXPECT_OVERLAP -x OV_THREAD_LEVEL \
               -x LD_PRELOAD="$lib" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
   *) echo "run.sh: unknown mode $mode"; exit 2 ;;
@@ -50,6 +55,9 @@ case $mode in
     if grep "locus-overlap:" "$tmp/err" | grep -v " guarded, "; then echo "FAIL: unexpected warnings"; exit 1; fi ;;
   multiple)
     n=$(grep -c "asks for MPI_THREAD_MULTIPLE: overlap disabled" "$tmp/err")
+    [ "$n" = "$np" ] || { echo "FAIL: expected one warning per rank, got $n"; exit 1; } ;;
+  nothread)
+    n=$(grep -c "does not provide MPI_THREAD_MULTIPLE: overlap disabled" "$tmp/err")
     [ "$n" = "$np" ] || { echo "FAIL: expected one warning per rank, got $n"; exit 1; } ;;
 esac
 echo "PASS ($mode, $np ranks)"
