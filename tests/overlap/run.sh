@@ -9,6 +9,8 @@
 #                 overlap disabled with one warning per rank, cases pass,
 #                 nothing overlapped;
 #       tcp       as overlap, over TCP only (--mca btl tcp,self);
+#       off       LIB preloaded with LOCUS_OVERLAP=0: nothing overlapped, no
+#                 message;
 #       nothread  LIB preloaded, the runtime made to provide less than
 #                 MPI_THREAD_MULTIPLE (OVERLAP_TEST_PROVIDED=2): one warning per
 #                 rank, cases pass, nothing overlapped;
@@ -38,6 +40,8 @@ case $mode in
               -x LOCUS_OVERLAP_STATS -x LD_PRELOAD="$lib" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
   locus-run) OV_EXPECT_OVERLAP=1 LOCUS_OVERLAP_STATS=1 timeout 300 "$lib" run --overlap -- mpirun $root \
               --oversubscribe -np "$np" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
+  off)      OV_EXPECT_OVERLAP=0 LOCUS_OVERLAP=0 LOCUS_OVERLAP_STATS=1 "$@" -x OV_EXPECT_OVERLAP -x LOCUS_OVERLAP \
+              -x LOCUS_OVERLAP_STATS -x LD_PRELOAD="$lib" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
   nothread) OV_EXPECT_OVERLAP=0 OVERLAP_TEST_PROVIDED=2 "$@" -x OV_EXPECT_OVERLAP -x OVERLAP_TEST_PROVIDED \
               -x LD_PRELOAD="$lib" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
   multiple) OV_EXPECT_OVERLAP=0 OV_THREAD_LEVEL=3 "$@" -x OV_EXPECT_OVERLAP -x OV_THREAD_LEVEL \
@@ -56,6 +60,8 @@ case $mode in
   multiple)
     n=$(grep -c "asks for MPI_THREAD_MULTIPLE: overlap disabled" "$tmp/err")
     [ "$n" = "$np" ] || { echo "FAIL: expected one warning per rank, got $n"; exit 1; } ;;
+  off)
+    if grep "locus-overlap:" "$tmp/err"; then echo "FAIL: messages with LOCUS_OVERLAP=0"; exit 1; fi ;;
   nothread)
     n=$(grep -c "does not provide MPI_THREAD_MULTIPLE: overlap disabled" "$tmp/err")
     [ "$n" = "$np" ] || { echo "FAIL: expected one warning per rank, got $n"; exit 1; } ;;
