@@ -12,10 +12,12 @@
  *   order, so MPI's own non-overtaking rule keeps the order of messages.
  * - Offload: one progress thread tests the pending requests (MPI_Testsome),
  *   with a short backoff while they are pending and asleep on a condition
- *   when nothing is.
+ *   when nothing is. A drain takes the requests over between two of its
+ *   tests and completes them itself (MPI_Waitall): no hand-off on the way
+ *   of a blocking call.
  * - Protection: a buffer inside a memory-file-backed large block of locus
- *   (locus_overlap_enable makes blocks of at least LOCUS_OVERLAP_MIN bytes
- *   such blocks) has its pages made read-only (send) or inaccessible
+ *   (from MPI_Init on, locus_overlap_enable makes blocks of at least
+ *   LOCUS_OVERLAP_MIN bytes such blocks) has its pages made read-only (send) or inaccessible
  *   (receive) while the transfer runs; MPI gets the same pages through a
  *   shadow view with normal permissions (locus_overlap_span), so the
  *   runtime never faults. A page shared by several pending requests gets
