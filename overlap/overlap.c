@@ -74,7 +74,7 @@ typedef struct {
   _Atomic uintptr_t pa, pb;            /* the pages it protects, or 0, 0 */
   int prot;                            /* 1 read-only (send), 0 none (receive) */
   int writes;                          /* a receive: its bytes change */
-  bool reserved;                       /* taken by a poster, not pending yet (under ov_lock) */
+  atomic_bool reserved;                /* taken by a poster, not pending yet */
   MPI_Request req;
   MPI_Comm comm;
   void *copy;                          /* a private copy sent instead of the buffer: freed at completion */
@@ -460,34 +460,26 @@ static span_t span_of(const void *buf, int count, MPI_Datatype dt) {
   return s;
 }
 
-/* A free entry, reserved (ov_lock held); -1 when the table is full. */
-static int take_slot(void) {
-  int high = atomic_load(&ov_high);
-  for (int i = 0; i < high; i++)
-    if (!(atomic_load(&reqs[i].gen) & 1) && !reqs[i].reserved) {
-      reqs[i].reserved = true;
-      return i;
-    }
-  if (high == OV_MAX) return -1;
-  reqs[high].reserved = true;
-  atomic_store(&ov_high, high + 1);
-  return high;
-}
-
-static void release_slot(int i) {
-  held_t h;
-  lock_prog(&h);
-  reqs[i].reserved = false;
-  unlock_prog(&h);
-}
-
+/* A free entry, reserved for the caller without a lock (a compare-and-swap
+ * on its flag: only the reserver publishes an entry, only the completer
+ * unpublishes it); -1 when the table is full. */
 static int reserve_slot(void) {
-  held_t h;
-  lock_prog(&h);
-  int i = take_slot();
-  unlock_prog(&h);
-  return i;
+  for (;;) {
+    int high = atomic_load(&ov_high);
+    for (int i = 0; i < high; i++) {
+      bool no = false;
+      if (!(atomic_load(&reqs[i].gen) & 1) && !atomic_load(&reqs[i].reserved) &&
+          atomic_compare_exchange_strong(&reqs[i].reserved, &no, true)) {
+        if (!(atomic_load(&reqs[i].gen) & 1)) return i;
+        atomic_store(&reqs[i].reserved, false);   /* published between the two reads: not free */
+      }
+    }
+    if (high == OV_MAX) return -1;
+    atomic_compare_exchange_strong(&ov_high, &high, high + 1);   /* one more entry, then look again */
+  }
 }
+
+static void release_slot(int i) { atomic_store(&reqs[i].reserved, false); }
 
 /* Publishes request i (posted already) and protects its pages. */
 static void publish(int i, MPI_Request req, MPI_Comm comm, span_t s, const locus_overlap_span_t *g, int prot,
@@ -506,7 +498,7 @@ static void publish(int i, MPI_Request req, MPI_Comm comm, span_t s, const locus
   atomic_store(&r->pa, g ? (uintptr_t)g->start : 0);
   atomic_store(&r->pb, g ? (uintptr_t)g->start + g->len : 0);
   atomic_fetch_add_explicit(&r->gen, 1, memory_order_release);   /* odd: pending */
-  r->reserved = false;
+  atomic_store(&r->reserved, false);
   atomic_fetch_add(&ov_pending, 1);
   if (g) apply_prot((uintptr_t)g->start, (uintptr_t)g->start + g->len);
   pthread_cond_signal(&ov_work);
