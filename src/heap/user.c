@@ -145,6 +145,9 @@ static int config_check(const locus_heap_config_t *cfg, size_t *seg_size) {
     if (!cfg->segment || (uintptr_t)cfg->segment & (PAGE_SIZE - 1)) return EINVAL;
     *seg_size = cfg->segment_size & ~(size_t)(PAGE_SIZE - 1);
     if (*seg_size < SLICE_SIZE || (uintptr_t)cfg->segment + *seg_size < (uintptr_t)cfg->segment) return EINVAL;
+    /* Checked now rather than at the first allocation, which would crash:
+     * every page of the segment mapped, readable and writable. */
+    if (os_range_writable((uintptr_t)cfg->segment, *seg_size) == 0) return EINVAL;
   }
   bool user_mem = seg || cfg->source;
   /* Placement is for locus's memory: the user's pages are where the user put them. */

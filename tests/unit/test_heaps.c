@@ -112,6 +112,19 @@ static void bad_configs(void) {
   c = cfg_default(); c.segment = seg; c.segment_size = 0; BAD("empty segment");
   c = cfg_default(); c.segment = seg; c.segment_size = 512 * 1024; BAD("segment too small");
   c = cfg_default(); c.segment = seg + 8; c.segment_size = 4 * MiB; BAD("misaligned segment");
+  /* pages the heap could not write: refused now, not a crash at the first malloc */
+  char *ro = guarded(4 * MiB);
+  CHECK(mprotect(ro, 4 * MiB, PROT_READ) == 0, "read-only mapping");
+  c = cfg_default(); c.segment = ro; c.segment_size = 4 * MiB; BAD("read-only segment");
+  CHECK(mprotect(ro, 4 * MiB, PROT_READ | PROT_WRITE) == 0 && mprotect(ro + 2 * MiB, 4096, PROT_NONE) == 0, "hole");
+  c = cfg_default(); c.segment = ro; c.segment_size = 4 * MiB; BAD("segment with an inaccessible page");
+  CHECK(munmap(ro + 2 * MiB, 2 * MiB) == 0, "tail unmapped");
+  c = cfg_default(); c.segment = ro; c.segment_size = 4 * MiB; BAD("segment partly unmapped");
+  c = cfg_default(); c.segment = ro; c.segment_size = 2 * MiB;
+  locus_heap_t *w = locus_heap_create(&c);
+  CHECK(w && locus_heap_malloc(w, 100), "its writable part is a good segment: %s", strerror(errno));
+  locus_heap_destroy(w);
+  munmap(ro, 2 * MiB);
   c = cfg_default(); c.flags = 0x100; BAD("unknown flags");
   c = cfg_default(); c.node = 4000; BAD("node not allowed");
   c = cfg_default(); c.node = -7; BAD("negative node");
