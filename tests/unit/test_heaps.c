@@ -524,6 +524,25 @@ static void m_destroy_captured(void) {
   locus_heap_capture(h);
   locus_heap_destroy(h);
 }
+/* A stale handle of a heap destroyed long ago, its record reused since by
+ * a live heap (white box: a handle's low 48 bits are its record's address)
+ * still names the destroy, not the heap now there. */
+static void stale_after_reuse(void (*use)(locus_heap_t *)) {
+  locus_heap_t *old = named("long-gone", 0), *now = NULL;
+  locus_heap_destroy(old);
+  uintptr_t mask = ((uintptr_t)1 << 48) - 1;
+  for (int i = 0; i < 100000 && !now; i++) {   /* create and destroy: the dead queue turns */
+    locus_heap_t *h = named("current", 0);
+    if (((uintptr_t)h & mask) == ((uintptr_t)old & mask)) now = h;
+    else locus_heap_destroy(h);
+  }
+  CHECK(now && now != old, "the record was reused");
+  use(old);
+}
+static void destroy(locus_heap_t *h) { locus_heap_destroy(h); }
+static void malloc_from(locus_heap_t *h) { locus_heap_malloc(h, 10); }
+static void m_destroy_after_reuse(void) { stale_after_reuse(destroy); }
+static void m_malloc_after_reuse(void) { stale_after_reuse(malloc_from); }
 static void m_double_free(void) {
   locus_heap_t *h = named("df", 0);
   void *p = locus_heap_malloc(h, 64);
@@ -540,6 +559,15 @@ static void misuse(void) {
   expect_abort(m_capture_destroyed, "heap 'gone-capture'");
   expect_abort(m_destroy_captured, "heap 'held'");
   expect_abort(m_double_free, "double free");
+  expect_abort(m_destroy_after_reuse, "locus_heap_destroy(): heap handle");
+  expect_abort(m_malloc_after_reuse, "locus_heap_malloc(): heap handle");
+  /* a live heap's handle is stable: the same from create, of and capture */
+  {
+    locus_heap_t *a = named("stable", 0);
+    void *p = locus_heap_malloc(a, 10);
+    CHECK(locus_heap_of(p) == a && locus_heap_capture(a) == NULL && locus_heap_capture(NULL) == a, "handles");
+    locus_heap_destroy(a);
+  }
   /* arena: realloc works, reset releases */
   locus_heap_t *h = named("arena-ok", LOCUS_HEAP_ARENA);
   for (int r = 0; r < 3; r++) {
