@@ -568,8 +568,8 @@ static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, vo
    * slow-path call: the adaptive controller still gets its tick, at a push
    * that finds the class's free places a multiple of 64: every 64 pushes
    * onto a growing list, and every push onto a list that the mallocs keep
-   * emptying when its bound is a multiple of 64 (classes up to 256 B with
-   * the default LOCUS_THREAD_CACHE, test_adapt). */
+   * emptying: bounds of 64 and more are multiples of 64 (small_cache_init;
+   * classes up to 4 KiB with the default LOCUS_THREAD_CACHE, test_adapt). */
   if (room) {
     tcache_push(t, p, tag);
     heap_cache_tick(h);
