@@ -9,51 +9,59 @@
 /* Sizes at or above this can never be satisfied (as malloc.c). */
 #define MAX_REQUEST ((size_t)PTRDIFF_MAX - 2 * PAGE_SIZE)
 
-LOCUS_EXPORT locus_heap_t *locus_heap_create(const locus_heap_config_t *cfg) { return uheap_create(cfg); }
+/* The program holds handles (locus_heap_t *); every entry opens its handle
+ * (uheap_open: aborts on a stale or foreign one) before using the heap. */
 
-LOCUS_EXPORT void locus_heap_destroy(locus_heap_t *h) { uheap_drop(h, false, "locus_heap_destroy"); }
+LOCUS_EXPORT locus_heap_t *locus_heap_create(const locus_heap_config_t *cfg) {
+  return uheap_handle(uheap_create(cfg));
+}
 
-LOCUS_EXPORT void locus_heap_reset(locus_heap_t *h) { uheap_drop(h, true, "locus_heap_reset"); }
+LOCUS_EXPORT void locus_heap_destroy(locus_heap_t *h) {
+  uheap_drop(uheap_open(h, "locus_heap_destroy"), false, "locus_heap_destroy");
+}
 
-static void *heap_alloc_checked(locus_heap_t *h, size_t size, size_t align, bool zero, const char *fn) {
-  uheap_check(h, fn);
+LOCUS_EXPORT void locus_heap_reset(locus_heap_t *h) {
+  uheap_drop(uheap_open(h, "locus_heap_reset"), true, "locus_heap_reset");
+}
+
+static void *heap_alloc_checked(uheap_t *u, size_t size, size_t align, bool zero) {
   if (size > MAX_REQUEST) {
     errno = ENOMEM;
     return NULL;
   }
-  return uheap_alloc(h, size, align, zero);
+  return uheap_alloc(u, size, align, zero);
 }
 
 LOCUS_EXPORT void *locus_heap_malloc(locus_heap_t *h, size_t size) {
-  if (unlikely(size > MAX_REQUEST)) return heap_alloc_checked(h, size, ALIGN_MIN, false, "locus_heap_malloc");
+  if (unlikely(size > MAX_REQUEST)) return heap_alloc_checked(uheap_open(h, "locus_heap_malloc"), size, ALIGN_MIN, false);
   return uheap_malloc(h, size);
 }
 
 LOCUS_EXPORT void *locus_heap_calloc(locus_heap_t *h, size_t n, size_t size) {
+  uheap_t *u = uheap_open(h, "locus_heap_calloc");
   size_t bytes;
   if (__builtin_mul_overflow(n, size, &bytes)) {
-    uheap_check(h, "locus_heap_calloc");
     errno = ENOMEM;
     return NULL;
   }
-  return heap_alloc_checked(h, bytes, ALIGN_MIN, true, "locus_heap_calloc");
+  return heap_alloc_checked(u, bytes, ALIGN_MIN, true);
 }
 
 /* aligned_alloc's rule (as locus_memalign): a power of two, else EINVAL. */
 LOCUS_EXPORT void *locus_heap_aligned_alloc(locus_heap_t *h, size_t align, size_t size) {
-  uheap_check(h, "locus_heap_aligned_alloc");
+  uheap_t *u = uheap_open(h, "locus_heap_aligned_alloc");
   if (!is_pow2(align)) {
     errno = EINVAL;
     return NULL;
   }
-  return heap_alloc_checked(h, size, align < ALIGN_MIN ? ALIGN_MIN : align, false, "locus_heap_aligned_alloc");
+  return heap_alloc_checked(u, size, align < ALIGN_MIN ? ALIGN_MIN : align, false);
 }
 
 /* In place where the block's kind allows (a medium block grows into its free
  * right neighbour, by its sub-heap's thread only; a large one over the free
  * memory behind it), else moved within its heap; an arena's old block stays
  * until the reset (it cannot be freed). */
-void *locus_heap_realloc_in(locus_heap_t *u, void *p, region_t *r, size_t usable, size_t size) {
+void *locus_heap_realloc_in(uheap_t *u, void *p, region_t *r, size_t usable, size_t size) {
   uheap_check(u, "realloc");
   if (size > MAX_REQUEST) {
     errno = ENOMEM;
@@ -86,17 +94,17 @@ void *locus_heap_realloc_in(locus_heap_t *u, void *p, region_t *r, size_t usable
 }
 
 LOCUS_EXPORT void *locus_heap_realloc(locus_heap_t *h, void *p, size_t size) {
-  uheap_check(h, "locus_heap_realloc");
+  uheap_t *u = uheap_open(h, "locus_heap_realloc");
   if (!p) return locus_heap_malloc(h, size);
   region_t *r = registry_lookup(p);
   size_t usable = r ? locus_usable_size(p) : 0;   /* aborts, naming it, on a foreign pointer */
   if (!r) locus_fatal("locus_heap_realloc(): invalid pointer %p (not allocated by locus)", p);
-  if (uheap_of_heap(r->heap) == h) {
+  if (uheap_of_heap(r->heap) == u) {
     if (size == 0) size = 1;           /* a heap's block stays a block (no free-and-NULL) */
-    return locus_heap_realloc_in(h, p, r, usable, size);
+    return locus_heap_realloc_in(u, p, r, usable, size);
   }
   /* Another heap's block (or malloc's) moves into h. */
-  void *q = heap_alloc_checked(h, size ? size : 1, ALIGN_MIN, false, "locus_heap_realloc");
+  void *q = heap_alloc_checked(u, size ? size : 1, ALIGN_MIN, false);
   if (!q) return NULL;
   memcpy(q, p, usable < size ? usable : size);
   uheap_t *from = uheap_of_heap(r->heap);
@@ -107,15 +115,15 @@ LOCUS_EXPORT void *locus_heap_realloc(locus_heap_t *h, void *p, size_t size) {
 LOCUS_EXPORT locus_heap_t *locus_heap_of(const void *p) {
   if (!p) return NULL;
   region_t *r = registry_lookup(p);
-  return r ? uheap_of_heap(r->heap) : NULL;
+  return r ? uheap_handle(uheap_of_heap(r->heap)) : NULL;
 }
 
 LOCUS_EXPORT locus_heap_t *locus_heap_capture(locus_heap_t *h) {
   locus_init();
   int err;
-  locus_heap_t *prev = uheap_capture(h, &err);
+  uheap_t *prev = uheap_capture(h ? uheap_open(h, "locus_heap_capture") : NULL, &err);
   if (err) errno = err;
-  return prev;
+  return uheap_handle(prev);
 }
 
 LOCUS_EXPORT int locus_heap_stats(locus_heap_t *h, locus_stats_t *st) {
@@ -123,11 +131,9 @@ LOCUS_EXPORT int locus_heap_stats(locus_heap_t *h, locus_stats_t *st) {
     errno = EINVAL;
     return -1;
   }
-  uheap_check(h, "locus_heap_stats");
-  return uheap_stats(h, st);
+  return uheap_stats(uheap_open(h, "locus_heap_stats"), st);
 }
 
 LOCUS_EXPORT const char *locus_heap_name(const locus_heap_t *h) {
-  uheap_check(h, "locus_heap_name");
-  return uheap_name(h);
+  return uheap_name(uheap_open(h, "locus_heap_name"));
 }

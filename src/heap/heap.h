@@ -120,7 +120,7 @@ typedef enum { HEAP_LIVE = 0, HEAP_ORPHAN = 1, HEAP_DEAD = 2 } heap_state_t;
  * sentinel and its thread cache is off, so every malloc reaches a slow path,
  * which sends it to the captured heap: malloc's fast path is unchanged. */
 #define PLACE_CAPTURE (TOPO_MAX_NODES + 2)
-struct locus_heap;
+struct uheap_s;
 
 /* The thread cache: per class, the small blocks the heap's thread freed
  * last, a LIFO list through word 0 that malloc pops before it looks at a
@@ -208,7 +208,7 @@ typedef struct heap_s {
   mbin_t mbins[MEDIUM_BINS];
   struct heap_s *placed[TOPO_MAX_NODES + 1];   /* main heap: its sub-heaps by place, made on demand */
   struct heap_s *next_all;     /* all heaps ever made */
-  struct locus_heap *user;        /* PLACE_USER: its user heap (NULL once destroyed); PLACE_CAPTURE: the heap captured */
+  struct uheap_s *user;           /* PLACE_USER: its user heap (NULL once destroyed); PLACE_CAPTURE: the heap captured */
   struct heap_s *capture;      /* main heap: its thread's capture trampoline, made on first use */
   struct heap_s *usubs;        /* main heap: its user sub-heaps (heap/user.c), linked by next_usub */
   struct heap_s *next_usub;
@@ -568,8 +568,8 @@ static ALWAYS_INLINE void small_free_local(heap_t *h, chunk_t *c, run_t *run, vo
    * slow-path call: the adaptive controller still gets its tick, at a push
    * that finds the class's free places a multiple of 64: every 64 pushes
    * onto a growing list, and every push onto a list that the mallocs keep
-   * emptying when its bound is a multiple of 64 (classes up to 256 B with
-   * the default LOCUS_THREAD_CACHE, test_adapt). */
+   * emptying: bounds of 64 and more are multiples of 64 (small_cache_init;
+   * classes up to 4 KiB with the default LOCUS_THREAD_CACHE, test_adapt). */
   if (room) {
     tcache_push(t, p, tag);
     heap_cache_tick(h);

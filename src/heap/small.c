@@ -691,8 +691,13 @@ void small_cache_init(heap_t *h) {
   size_t bytes = locus_opt.thread_cache;
   for (unsigned i = 0; i < NUM_CLASSES; i++) {
     size_t m = bytes / locus_class_size[i];
+    if (m > CACHE_COUNT_MAX) m = CACHE_COUNT_MAX;
+    /* A bound that is a multiple of 64 puts an emptied list's room on one
+     * (small_free_local): a malloc/free ping-pong through the cache then
+     * still ticks the adaptive controller, at every push onto the empty list. */
+    if (m >= 64) m &= ~(size_t)63;
     h->cache[i].head = NULL;
-    h->cache[i].bound = h->cache[i].room = (uint32_t)(m < CACHE_COUNT_MAX ? m : CACHE_COUNT_MAX);
+    h->cache[i].bound = h->cache[i].room = (uint32_t)m;
   }
 }
 

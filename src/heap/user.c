@@ -4,7 +4,7 @@
  * (drop every block at once), jemalloc's extent hooks and the Unified
  * Memory Framework's pools over memory providers.
  *
- * A user heap (struct locus_heap) is a descriptor over one memory source — a
+ * A user heap (struct uheap_s) is a descriptor over one memory source — a
  * user source over the segment and the user's map (source/user.c), or
  * locus's source of a node, the interleaved one or the generic one — and,
  * for each thread that allocates from it, a heap record of its own (heap_t,
@@ -19,9 +19,13 @@
  *
  * Invariants (checked in the debug build where marked):
  * - a live descriptor has magic UHEAP_LIVE; a dropped one UHEAP_DEAD;
- *   descriptors are never unmapped (a stale handle reads a dead one:
- *   uheap_check aborts naming it) and are reused only after QUARANTINE
- *   others died (a double destroy is caught until then);
+ *   descriptors are never unmapped and are reused only after QUARANTINE
+ *   others died, with their generation `gen` one higher;
+ * - the program's handle (locus_heap_t *) is the descriptor's address with
+ *   its generation in the top 16 bits, never dereferenced as such: a stale
+ *   handle reads a dead descriptor or one of another generation, and
+ *   uheap_open aborts naming it (a double destroy is caught unless the
+ *   descriptor was reused a multiple of 65,536 times since);
  * - a sub-heap's `user` is its live user heap, or NULL once that heap was
  *   destroyed (the record then waits on its thread's list for reuse by that
  *   thread); only its thread (or, with heaps_lock, a collector of orphans
@@ -50,8 +54,9 @@
 #define UHEAP_DEAD 0x44454144ull
 #define QUARANTINE 64                    /* dead records kept before one is reused */
 
-struct locus_heap {
+struct uheap_s {
   uint64_t magic;
+  unsigned gen;                /* 16 bits: one more at each reuse of the descriptor (handles carry it) */
   lock_t lock;                 /* growth through the user's map, new sub-heaps, drop (LOCK_RANK_USER_HEAP) */
   heap_t *_Atomic subs;        /* its sub-heaps, one per thread that allocated (linked by next_in_user) */
   source_t *src;               /* where its memory comes from */
@@ -63,7 +68,7 @@ struct locus_heap {
   atomic_size_t peak;          /* highest memory held seen at a growth */
   atomic_size_t pending;       /* with a limit: bytes reserved by growths in progress (uheap_room) */
   char name[48];
-  struct locus_heap *next, *prev;   /* live list, or (next) the dead queue */
+  struct uheap_s *next, *prev;      /* live list, or (next) the dead queue */
 };
 
 /* The records: the live list (reports, fork) and the dead queue, FIFO.
@@ -88,6 +93,14 @@ static LOCUS_TLS int in_user;
 
 /* ---- records ----------------------------------------------------------- */
 
+#define HANDLE_SHIFT 48
+#define HANDLE_MASK (((uintptr_t)1 << HANDLE_SHIFT) - 1)
+_Static_assert(sizeof(uintptr_t) == 8, "heap handles carry a generation in a 64-bit pointer");
+
+locus_heap_t *uheap_handle(const uheap_t *u) {
+  return u ? (locus_heap_t *)((uintptr_t)u | (uintptr_t)(u->gen & 0xffff) << HANDLE_SHIFT) : NULL;
+}
+
 /* A record from the dead queue past its quarantine, or a new one (list_lock held). */
 static uheap_t *record_get(void) {
   if (ndead > QUARANTINE) {
@@ -98,7 +111,11 @@ static uheap_t *record_get(void) {
     return u;
   }
   size_t sz = align_up(sizeof(uheap_t), CACHE_LINE);
-  return os_slab_take(&records, sz, 64 * sz);
+  uheap_t *u = os_slab_take(&records, sz, 64 * sz);
+  /* The handle's top 16 bits hold the generation (user space is below
+   * 2^47 on x86-64 and 2^48 on aarch64 unless a mapping asks for more). */
+  if (u && (uintptr_t)u >> HANDLE_SHIFT) locus_fatal("a heap descriptor at %p: above the handle's address bits", (void *)u);
+  return u;
 }
 
 static void live_link(uheap_t *u) {
@@ -117,15 +134,28 @@ static void live_unlink(uheap_t *u) {
 static NOINLINE void bad_heap(const uheap_t *u, const char *fn) {
   if (!u) locus_fatal("%s(): NULL heap", fn);
   if (u->magic == UHEAP_DEAD)
-    locus_fatal("%s(): heap '%s' (%p) was destroyed", fn, u->name, (const void *)u);
+    locus_fatal("%s(): heap '%s' (%p) was destroyed", fn, u->name, (const void *)uheap_handle(u));
   locus_fatal("%s(): %p is not a heap made by locus_heap_create", fn, (const void *)u);
 }
 
-/* A handle is a record only if it lies in locus's record pages; reading a
- * foreign pointer's magic could fault, so the registry of regions cannot
- * tell. The magic is the check: a wild pointer mostly faults or fails it. */
+/* A descriptor is checked by its magic: a wild pointer mostly faults or
+ * fails it (reading a foreign pointer's magic could fault, so the registry
+ * of regions cannot tell). */
 void uheap_check(const uheap_t *u, const char *fn) {
   if (unlikely(!u || u->magic != UHEAP_LIVE)) bad_heap(u, fn);
+}
+
+static NOINLINE void bad_handle(const locus_heap_t *h, const uheap_t *u, const char *fn) {
+  uheap_check(u, fn);                  /* NULL, dead or foreign */
+  locus_fatal("%s(): heap handle %p is stale: that heap was destroyed (its record now serves heap '%s')", fn,
+              (const void *)h, u->name);
+}
+
+uheap_t *uheap_open(const locus_heap_t *h, const char *fn) {
+  uheap_t *u = (uheap_t *)((uintptr_t)h & HANDLE_MASK);
+  if (unlikely(!u || u->magic != UHEAP_LIVE || (uintptr_t)h >> HANDLE_SHIFT != (u->gen & 0xffff)))
+    bad_handle(h, u, fn);
+  return u;
 }
 
 source_t *uheap_source(const uheap_t *u) { return u->src; }
@@ -145,6 +175,9 @@ static int config_check(const locus_heap_config_t *cfg, size_t *seg_size) {
     if (!cfg->segment || (uintptr_t)cfg->segment & (PAGE_SIZE - 1)) return EINVAL;
     *seg_size = cfg->segment_size & ~(size_t)(PAGE_SIZE - 1);
     if (*seg_size < SLICE_SIZE || (uintptr_t)cfg->segment + *seg_size < (uintptr_t)cfg->segment) return EINVAL;
+    /* Checked now rather than at the first allocation, which would crash:
+     * every page of the segment mapped, readable and writable. */
+    if (os_range_writable((uintptr_t)cfg->segment, *seg_size) == 0) return EINVAL;
   }
   bool user_mem = seg || cfg->source;
   /* Placement is for locus's memory: the user's pages are where the user put them. */
@@ -171,6 +204,7 @@ static void record_init(uheap_t *u, const locus_heap_config_t *cfg, source_t *us
   u->limit = cfg->limit;
   u->flags = cfg->flags;
   u->id = ++next_id;
+  u->gen++;                            /* a new record is zeroed: generation 1 */
   atomic_store(&u->peak, 0);
   atomic_store(&u->pending, 0);
   atomic_store(&u->captures, 0);
@@ -232,6 +266,7 @@ uheap_t *uheap_create(const locus_heap_config_t *cfg) {
  * on the way to the owner's path of malloc. A destroyed heap's sub-heaps
  * have no user, so a stale entry does not match. */
 static LOCUS_TLS uheap_t *last_u;
+static LOCUS_TLS locus_heap_t *last_h;   /* last_u's handle */
 static LOCUS_TLS heap_t *last_sub;
 
 /* The sum of what u's sub-heaps hold (read without their locks: relaxed
@@ -313,6 +348,7 @@ static NOINLINE heap_t *sub_slow(uheap_t *u) {
     if (!dead) __atomic_store_n(&main->usubs, sub, __ATOMIC_RELEASE);
   }
   last_u = u;
+  last_h = uheap_handle(u);
   last_sub = sub;
   return sub;
 }
@@ -323,6 +359,7 @@ static NOINLINE heap_t *sub_slow(uheap_t *u) {
  * with the adopter). */
 void uheap_thread_forget(void) {
   last_u = NULL;
+  last_h = NULL;
   last_sub = NULL;
 }
 
@@ -502,30 +539,34 @@ void *uheap_alloc(uheap_t *u, size_t size, size_t align, bool zero) {
 
 /* Not the heap used last, a destroyed heap, a miss of the bump or of the
  * owner's pop: the checks, then the general path. */
-static NOINLINE void *malloc_slow(uheap_t *u, size_t size) {
-  uheap_check(u, "locus_heap_malloc");
-  return uheap_alloc(u, size, ALIGN_MIN, false);
+static NOINLINE void *malloc_slow(locus_heap_t *h, size_t size) {
+  return uheap_alloc(uheap_open(h, "locus_heap_malloc"), size, ALIGN_MIN, false);
 }
 
 /* A sub-heap that is no arena: the owner's path of malloc. */
-static NOINLINE void *sub_malloc(uheap_t *u, heap_t *sub, size_t size) {
+static NOINLINE void *sub_malloc(locus_heap_t *h, heap_t *sub, size_t size) {
   void *p = heap_malloc(sub, size);
   if (likely(p)) {
     count_alloc(sub);
     return p;
   }
-  return malloc_slow(u, size);
+  return malloc_slow(h, size);
 }
 
-/* locus_heap_malloc: the sub-heap used last (its `user` is NULL once the
- * heap is destroyed: the slow path then aborts naming it), then the bump of
- * an arena or the owner's path of malloc. Only tail calls: no stack frame. */
-void *uheap_malloc(uheap_t *u, size_t size) {
+/* locus_heap_malloc: the sub-heap used last (when h is that heap's handle,
+ * h's record is last_u, of that generation; the sub-heap's `user` is NULL
+ * once the heap is destroyed, and a record reused since for another heap is
+ * set up by this thread, which updates last_h: the slow path then aborts
+ * naming it), then the bump of an arena or the owner's path of malloc. Only
+ * tail calls: no stack frame. */
+void *uheap_malloc(locus_heap_t *h, size_t size) {
   heap_t *sub = last_sub;
-  if (unlikely(last_u != u) || unlikely(sub->user != u) || unlikely(size > SMALL_MAX)) return malloc_slow(u, size);
-  if (!sub->arena) return sub_malloc(u, sub, size);
+  if (unlikely(last_h != h) || unlikely(sub->user != (uheap_t *)((uintptr_t)h & HANDLE_MASK)) ||
+      unlikely(size > SMALL_MAX))
+    return malloc_slow(h, size);
+  if (!sub->arena) return sub_malloc(h, sub, size);
   void *p = arena_bump(sub, size, ALIGN_MIN);
-  if (unlikely(!p)) return malloc_slow(u, size);
+  if (unlikely(!p)) return malloc_slow(h, size);
   count_alloc(sub);
   return p;
 }

@@ -1,13 +1,14 @@
 /* User heaps (locus_heap_create): heaps of the program's own, over a segment
  * it gives, a memory source of its own, or locus's memory placed on a node or
- * interleaved (S. Valat, PhD thesis, 2014, §4.13). The public handle is the
- * record itself (struct locus_heap). */
+ * interleaved (S. Valat, PhD thesis, 2014, §4.13). The program holds a
+ * handle (locus_heap_t *: the record's address and its generation, never
+ * dereferenced); locus works on the record (uheap_t). */
 #ifndef LOCUS_HEAP_USER_H
 #define LOCUS_HEAP_USER_H
 
 #include "heap/heap.h"
 
-typedef struct locus_heap uheap_t;
+typedef struct uheap_s uheap_t;
 
 /* NULL with errno set (EINVAL: the configuration; ENOMEM). */
 uheap_t *uheap_create(const locus_heap_config_t *cfg);
@@ -15,12 +16,17 @@ uheap_t *uheap_create(const locus_heap_config_t *cfg);
 void uheap_drop(uheap_t *u, bool keep, const char *fn);
 /* Aborts, naming fn and the heap, unless u is a live heap. */
 void uheap_check(const uheap_t *u, const char *fn);
+/* The live heap of handle h; aborts naming fn for NULL, a foreign pointer
+ * or a stale handle (its heap destroyed, even with the record reused). */
+uheap_t *uheap_open(const locus_heap_t *h, const char *fn);
+/* The program's handle of u (NULL for NULL). */
+locus_heap_t *uheap_handle(const uheap_t *u);
 /* An allocation from u by any thread (from its own sub-heap of u), with
  * growth through the user's source; NULL + ENOMEM when the heap is
  * exhausted or at its limit. uheap_malloc: locus_heap_malloc, its fast
- * path first (checks u only when it is not the heap this thread used last). */
+ * path first (opens h only when it is not the heap this thread used last). */
 void *uheap_alloc(uheap_t *u, size_t size, size_t align, bool zero);
-void *uheap_malloc(uheap_t *u, size_t size);
+void *uheap_malloc(locus_heap_t *h, size_t size);
 /* Whether the calling thread owns sub-heap `sub` (may resize its blocks in place). */
 bool uheap_owns(const heap_t *sub);
 source_t *uheap_source(const uheap_t *u);

@@ -589,6 +589,60 @@ int os_read_file(const char *path, char *buf, size_t len) {
   return (int)n;
 }
 
+/* One line of /proc/self/maps ("start-end perms ..."): its range and
+ * whether it is readable and writable; false when the line does not parse. */
+static bool maps_line(const char *l, uintptr_t *start, uintptr_t *end, bool *rw) {
+  uintptr_t v[2] = {0, 0};
+  for (int k = 0; k < 2; k++) {
+    const char *p0 = l;
+    for (;; l++) {
+      int d = *l >= '0' && *l <= '9' ? *l - '0' : *l >= 'a' && *l <= 'f' ? *l - 'a' + 10 : -1;
+      if (d < 0) break;
+      v[k] = v[k] << 4 | (uintptr_t)d;
+    }
+    if (l == p0 || *l++ != (k ? ' ' : '-')) return false;
+  }
+  *start = v[0];
+  *end = v[1];
+  *rw = l[0] == 'r' && l[1] == 'w';
+  return true;
+}
+
+/* Streams /proc/self/maps (sorted by address) through a small buffer: the
+ * range must be covered without a gap by readable, writable mappings.
+ * 1 when it is, 0 when it is not, -1 when the file cannot be read. */
+int os_range_writable(uintptr_t a, size_t len) {
+  int fd = os_open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  char buf[4096];
+  size_t have = 0;
+  uintptr_t next = a, end = a + len;
+  bool bad = false, eof = false;
+  while (!eof && !bad && next < end) {
+    long r = os_read(fd, buf + have, sizeof buf - 1 - have);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) eof = true;
+    else have += (size_t)r;
+    buf[have] = 0;
+    char *line = buf, *nl;
+    while (!bad && next < end && (nl = strchr(line, '\n'))) {
+      uintptr_t s, e;
+      bool rw;
+      *nl = 0;
+      if (maps_line(line, &s, &e, &rw) && e > next) {
+        bad = s > next || !rw;         /* a gap, or a piece that is not rw */
+        next = e;
+      }
+      line = nl + 1;
+    }
+    have -= (size_t)(line - buf);
+    memmove(buf, line, have);
+    if (have == sizeof buf - 1) have = 0;     /* a line longer than the buffer: dropped */
+  }
+  os_close(fd);
+  return !bad && next >= end;
+}
+
 long os_pagemap_read(uintptr_t first, size_t n, uint64_t *entries) {
   int fd = os_open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC, 0);
   if (fd < 0) return -1;

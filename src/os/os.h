@@ -212,6 +212,9 @@ int os_read_file(const char *path, char *buf, size_t len);
  * (address / page size): bit 63 present, bits 0-54 the frame number (0 when
  * the kernel hides it). Returns the entries read, or -1 (errno set). */
 long os_pagemap_read(uintptr_t first, size_t n, uint64_t *entries);
+/* Whether [a, a + len) is mapped readable and writable without a gap, from
+ * /proc/self/maps: 1 yes, 0 no, -1 cannot tell. No allocation. */
+int os_range_writable(uintptr_t a, size_t len);
 /* A file opened for appending (created 0644), or -1. */
 int os_open_append(const char *path);
 void os_close(int fd);

@@ -80,12 +80,12 @@ static void test_decay_after_large_phase(void) {
  * live blocks made before, the oldest replaced (bench_phased's small
  * phase). No slow path runs; the controller's only tick is the cache's
  * share (small_free_local, heap_cache_tick). */
-static void test_decay_through_thread_cache(void) {
+static void test_decay_through_thread_cache(size_t size) {
   locus_set_profile("auto");
   locus_release();
   enum { RING = 4096 };
   static void *ring[RING];
-  for (int i = 0; i < RING; i++) ring[i] = malloc(48);
+  for (int i = 0; i < RING; i++) ring[i] = malloc(size);
   char *a[4];
   for (int i = 0; i < 4; i++) {
     a[i] = malloc(16 * MB);
@@ -97,12 +97,12 @@ static void test_decay_through_thread_cache(void) {
   sleep_ms(ADAPT_WINDOW_MAX_NS / 1000000 + 100);
   for (int i = 0; i < 64 * RING; i++) {
     free(ring[i % RING]);
-    ring[i % RING] = malloc(48);
+    ring[i % RING] = malloc(size);
   }
   locus_stats_t s1 = stats();
   for (int i = 0; i < RING; i++) free(ring[i]);
-  CHECK(s1.bytes_cached < 16 * MB, "stale segments released through the cache's tick (%lu cached)",
-        (unsigned long)s1.bytes_cached);
+  CHECK(s1.bytes_cached < 16 * MB, "%zu-byte blocks: stale segments released through the cache's tick (%lu cached)",
+        size, (unsigned long)s1.bytes_cached);
   CHECK(s1.bytes_decayed - s0.bytes_decayed >= 64 * MB, "decay counted (%lu)",
         (unsigned long)(s1.bytes_decayed - s0.bytes_decayed));
 }
@@ -184,7 +184,9 @@ int main(void) {
   test_profile_switch();
   test_pressure_reader();
   test_decay_after_large_phase();
-  test_decay_through_thread_cache();
+  test_decay_through_thread_cache(48);
+  test_decay_through_thread_cache(300);     /* a class whose budget is no multiple of 64 blocks */
+  test_decay_through_thread_cache(3000);
   test_steady_reuse_stays();
   test_longer_distance_learnt();
   test_other_profiles_do_not_decay();

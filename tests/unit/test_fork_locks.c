@@ -212,8 +212,8 @@ int main(void) {
     if (c->lock) run_case(c->name, c->lock, holder);
     else if (c->rank == LOCK_RANK_HEAP) run_case(c->name, NULL, holder);   /* the helper's own heap */
     else if (c->rank == LOCK_RANK_SOURCE) run_case(c->name, &first_source->lock, holder);
-    else if (c->rank == LOCK_RANK_USER_HEAP) run_case(c->name, uheap_lock_of(user_heap), holder);
-    else if (c->rank == LOCK_RANK_USER_SOURCE) run_case(c->name, &uheap_source(user_heap)->lock, holder);
+    else if (c->rank == LOCK_RANK_USER_HEAP) run_case(c->name, uheap_lock_of(uheap_open(user_heap, "test")), holder);
+    else if (c->rank == LOCK_RANK_USER_SOURCE) run_case(c->name, &uheap_source(uheap_open(user_heap, "test"))->lock, holder);
     else CHECK(0, "lock class %s (rank %u): no case in this test for a class of many locks", c->name, c->rank);
   }
   /* Every lock named in the issue is registered (spare, next-touch, trace,

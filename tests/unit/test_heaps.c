@@ -112,6 +112,19 @@ static void bad_configs(void) {
   c = cfg_default(); c.segment = seg; c.segment_size = 0; BAD("empty segment");
   c = cfg_default(); c.segment = seg; c.segment_size = 512 * 1024; BAD("segment too small");
   c = cfg_default(); c.segment = seg + 8; c.segment_size = 4 * MiB; BAD("misaligned segment");
+  /* pages the heap could not write: refused now, not a crash at the first malloc */
+  char *ro = guarded(4 * MiB);
+  CHECK(mprotect(ro, 4 * MiB, PROT_READ) == 0, "read-only mapping");
+  c = cfg_default(); c.segment = ro; c.segment_size = 4 * MiB; BAD("read-only segment");
+  CHECK(mprotect(ro, 4 * MiB, PROT_READ | PROT_WRITE) == 0 && mprotect(ro + 2 * MiB, 4096, PROT_NONE) == 0, "hole");
+  c = cfg_default(); c.segment = ro; c.segment_size = 4 * MiB; BAD("segment with an inaccessible page");
+  CHECK(munmap(ro + 2 * MiB, 2 * MiB) == 0, "tail unmapped");
+  c = cfg_default(); c.segment = ro; c.segment_size = 4 * MiB; BAD("segment partly unmapped");
+  c = cfg_default(); c.segment = ro; c.segment_size = 2 * MiB;
+  locus_heap_t *w = locus_heap_create(&c);
+  CHECK(w && locus_heap_malloc(w, 100), "its writable part is a good segment: %s", strerror(errno));
+  locus_heap_destroy(w);
+  munmap(ro, 2 * MiB);
   c = cfg_default(); c.flags = 0x100; BAD("unknown flags");
   c = cfg_default(); c.node = 4000; BAD("node not allowed");
   c = cfg_default(); c.node = -7; BAD("negative node");
@@ -511,6 +524,25 @@ static void m_destroy_captured(void) {
   locus_heap_capture(h);
   locus_heap_destroy(h);
 }
+/* A stale handle of a heap destroyed long ago, its record reused since by
+ * a live heap (white box: a handle's low 48 bits are its record's address)
+ * still names the destroy, not the heap now there. */
+static void stale_after_reuse(void (*use)(locus_heap_t *)) {
+  locus_heap_t *old = named("long-gone", 0), *now = NULL;
+  locus_heap_destroy(old);
+  uintptr_t mask = ((uintptr_t)1 << 48) - 1;
+  for (int i = 0; i < 100000 && !now; i++) {   /* create and destroy: the dead queue turns */
+    locus_heap_t *h = named("current", 0);
+    if (((uintptr_t)h & mask) == ((uintptr_t)old & mask)) now = h;
+    else locus_heap_destroy(h);
+  }
+  CHECK(now && now != old, "the record was reused");
+  use(old);
+}
+static void destroy(locus_heap_t *h) { locus_heap_destroy(h); }
+static void malloc_from(locus_heap_t *h) { locus_heap_malloc(h, 10); }
+static void m_destroy_after_reuse(void) { stale_after_reuse(destroy); }
+static void m_malloc_after_reuse(void) { stale_after_reuse(malloc_from); }
 static void m_double_free(void) {
   locus_heap_t *h = named("df", 0);
   void *p = locus_heap_malloc(h, 64);
@@ -527,6 +559,15 @@ static void misuse(void) {
   expect_abort(m_capture_destroyed, "heap 'gone-capture'");
   expect_abort(m_destroy_captured, "heap 'held'");
   expect_abort(m_double_free, "double free");
+  expect_abort(m_destroy_after_reuse, "locus_heap_destroy(): heap handle");
+  expect_abort(m_malloc_after_reuse, "locus_heap_malloc(): heap handle");
+  /* a live heap's handle is stable: the same from create, of and capture */
+  {
+    locus_heap_t *a = named("stable", 0);
+    void *p = locus_heap_malloc(a, 10);
+    CHECK(locus_heap_of(p) == a && locus_heap_capture(a) == NULL && locus_heap_capture(NULL) == a, "handles");
+    locus_heap_destroy(a);
+  }
   /* arena: realloc works, reset releases */
   locus_heap_t *h = named("arena-ok", LOCUS_HEAP_ARENA);
   for (int r = 0; r < 3; r++) {
