@@ -237,8 +237,9 @@ locus_heap_t *locus_heap_create(const locus_heap_config_t *cfg);
  * (locus's memory to locus's source, which keeps it or releases it as the
  * profile says, as for freed blocks; a segment to you). No thread may use the heap
  * or its blocks meanwhile. Destroying a heap twice, or one that a thread has
- * captured, aborts with a message naming it (a record is reused after 64
- * other heaps died: a handle that stale is no longer recognised). */
+ * captured, aborts with a message naming it (a handle carries its record's
+ * generation: a stale handle is recognised after the record serves another
+ * heap, unless that record was reused a multiple of 65,536 times since). */
 void locus_heap_destroy(locus_heap_t *h);
 /* The same, but the heap keeps its memory: the next allocations reuse its
  * pages without faults. */

@@ -17,11 +17,11 @@ LOCUS_EXPORT locus_heap_t *locus_heap_create(const locus_heap_config_t *cfg) {
 }
 
 LOCUS_EXPORT void locus_heap_destroy(locus_heap_t *h) {
-  uheap_drop(uheap_open(h, "locus_heap_destroy"), false, "locus_heap_destroy");
+  uheap_drop(h, false, "locus_heap_destroy");
 }
 
 LOCUS_EXPORT void locus_heap_reset(locus_heap_t *h) {
-  uheap_drop(uheap_open(h, "locus_heap_reset"), true, "locus_heap_reset");
+  uheap_drop(h, true, "locus_heap_reset");
 }
 
 static void *heap_alloc_checked(uheap_t *u, size_t size, size_t align, bool zero) {
@@ -127,7 +127,8 @@ LOCUS_EXPORT locus_heap_t *locus_heap_capture(locus_heap_t *h) {
 }
 
 LOCUS_EXPORT int locus_heap_stats(locus_heap_t *h, locus_stats_t *st) {
-  if (!h || !st) {
+  if (!h || !st) {                     /* a stale handle aborts all the same */
+    if (h) uheap_open(h, "locus_heap_stats");
     errno = EINVAL;
     return -1;
   }

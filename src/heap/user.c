@@ -146,15 +146,21 @@ void uheap_check(const uheap_t *u, const char *fn) {
 }
 
 static NOINLINE void bad_handle(const locus_heap_t *h, const uheap_t *u, const char *fn) {
-  uheap_check(u, fn);                  /* NULL, dead or foreign */
-  locus_fatal("%s(): heap handle %p is stale: that heap was destroyed (its record now serves heap '%s')", fn,
-              (const void *)h, u->name);
+  if (!u || (u->magic != UHEAP_LIVE && u->magic != UHEAP_DEAD)) bad_heap(u, fn);   /* NULL or foreign */
+  if ((uintptr_t)h >> HANDLE_SHIFT == (u->gen & 0xffff)) bad_heap(u, fn);   /* dead, not reused: named */
+  /* A record of another generation: the heap of this handle was destroyed
+   * (or the handle's top bits were overwritten); the record's name is that
+   * of a later heap, not this one. */
+  locus_fatal("%s(): heap handle %p is stale (its heap was destroyed) or corrupt", fn, (const void *)h);
+}
+
+static inline bool handle_matches(const locus_heap_t *h, const uheap_t *u) {
+  return u->magic == UHEAP_LIVE && (uintptr_t)h >> HANDLE_SHIFT == (u->gen & 0xffff);
 }
 
 uheap_t *uheap_open(const locus_heap_t *h, const char *fn) {
   uheap_t *u = (uheap_t *)((uintptr_t)h & HANDLE_MASK);
-  if (unlikely(!u || u->magic != UHEAP_LIVE || (uintptr_t)h >> HANDLE_SHIFT != (u->gen & 0xffff)))
-    bad_handle(h, u, fn);
+  if (unlikely(!u || !handle_matches(h, u))) bad_handle(h, u, fn);
   return u;
 }
 
@@ -266,7 +272,10 @@ uheap_t *uheap_create(const locus_heap_config_t *cfg) {
  * on the way to the owner's path of malloc. A destroyed heap's sub-heaps
  * have no user, so a stale entry does not match. */
 static LOCUS_TLS uheap_t *last_u;
-static LOCUS_TLS locus_heap_t *last_h;   /* last_u's handle */
+/* last_u's handle; NO_HANDLE (no heap's, not NULL: locus_heap_malloc(NULL)
+ * must not pass the fast path with last_sub NULL) when none. */
+#define NO_HANDLE ((locus_heap_t *)~(uintptr_t)0)
+static LOCUS_TLS locus_heap_t *last_h = NO_HANDLE;
 static LOCUS_TLS heap_t *last_sub;
 
 /* The sum of what u's sub-heaps hold (read without their locks: relaxed
@@ -359,7 +368,7 @@ static NOINLINE heap_t *sub_slow(uheap_t *u) {
  * with the adopter). */
 void uheap_thread_forget(void) {
   last_u = NULL;
-  last_h = NULL;
+  last_h = NO_HANDLE;
   last_sub = NULL;
 }
 
@@ -666,16 +675,17 @@ static void drop_sub(heap_t *h, bool keep) {
   heap_unlock(h);
 }
 
-void uheap_drop(uheap_t *u, bool keep, const char *fn) {
-  uheap_check(u, fn);
+void uheap_drop(locus_heap_t *h, bool keep, const char *fn) {
+  uheap_t *u = uheap_open(h, fn);
   /* The heap list's lock keeps out what else walks sub-heaps: adoption,
    * a thread's exit, collectors of orphans, reports. */
   heaps_lock_all();
   lock_acquire(&u->lock);
   if (!keep && atomic_load(&u->captures))
-    locus_fatal("%s(): heap '%s' (%p) is captured by %d thread(s)", fn, u->name, (void *)u,
+    locus_fatal("%s(): heap '%s' (%p) is captured by %d thread(s)", fn, u->name, (void *)h,
                 atomic_load(&u->captures));
-  if (u->magic != UHEAP_LIVE) bad_heap(u, fn);   /* a destroy raced with this one */
+  /* A destroy raced with this one (and the record may serve a new heap by now). */
+  if (!handle_matches(h, u)) bad_handle(h, u, fn);
   for (heap_t *s = atomic_load(&u->subs); s; s = s->next_in_user) {
     drop_sub(s, keep);
     if (!keep) {                       /* waits on its thread's list for reuse */

@@ -13,7 +13,7 @@ typedef struct uheap_s uheap_t;
 /* NULL with errno set (EINVAL: the configuration; ENOMEM). */
 uheap_t *uheap_create(const locus_heap_config_t *cfg);
 /* Drops every block; keep: the heap stays, with its memory (reset). */
-void uheap_drop(uheap_t *u, bool keep, const char *fn);
+void uheap_drop(locus_heap_t *h, bool keep, const char *fn);
 /* Aborts, naming fn and the heap, unless u is a live heap. */
 void uheap_check(const uheap_t *u, const char *fn);
 /* The live heap of handle h; aborts naming fn for NULL, a foreign pointer

@@ -608,39 +608,58 @@ static bool maps_line(const char *l, uintptr_t *start, uintptr_t *end, bool *rw)
   return true;
 }
 
+/* One mapping of /proc/self/maps against the walk: `next` moves past it;
+ * false once the walk meets a gap or a piece that is not rw. */
+static bool maps_step(const char *line, uintptr_t *next) {
+  uintptr_t s, e;
+  bool rw;
+  if (!maps_line(line, &s, &e, &rw) || e <= *next) return true;
+  if (s > *next || !rw) return false;
+  *next = e;
+  return true;
+}
+
 /* Streams /proc/self/maps (sorted by address) through a small buffer: the
  * range must be covered without a gap by readable, writable mappings.
- * 1 when it is, 0 when it is not, -1 when the file cannot be read. */
+ * A line longer than the buffer (a long path) is judged by its head, which
+ * holds the range and permissions, and its tail skipped to its newline:
+ * a tail is never read as a line of its own. 1 when writable, 0 when not,
+ * -1 when the file cannot be read. */
 int os_range_writable(uintptr_t a, size_t len) {
+  int saved = errno;                   /* a successful heap creation leaves errno alone */
   int fd = os_open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return -1;
+  if (fd < 0) {
+    errno = saved;
+    return -1;
+  }
   char buf[4096];
   size_t have = 0;
   uintptr_t next = a, end = a + len;
-  bool bad = false, eof = false;
-  while (!eof && !bad && next < end) {
+  bool ok = true, eof = false, skipping = false;
+  while (ok && !eof && next < end) {
     long r = os_read(fd, buf + have, sizeof buf - 1 - have);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) eof = true;
     else have += (size_t)r;
     buf[have] = 0;
     char *line = buf, *nl;
-    while (!bad && next < end && (nl = strchr(line, '\n'))) {
-      uintptr_t s, e;
-      bool rw;
+    while (ok && next < end && (nl = strchr(line, '\n'))) {
       *nl = 0;
-      if (maps_line(line, &s, &e, &rw) && e > next) {
-        bad = s > next || !rw;         /* a gap, or a piece that is not rw */
-        next = e;
-      }
+      if (!skipping) ok = maps_step(line, &next);
+      skipping = false;
       line = nl + 1;
     }
     have -= (size_t)(line - buf);
     memmove(buf, line, have);
-    if (have == sizeof buf - 1) have = 0;     /* a line longer than the buffer: dropped */
+    if (have == sizeof buf - 1) {      /* a line longer than the buffer */
+      if (!skipping) ok = maps_step(buf, &next);
+      skipping = true;
+      have = 0;
+    }
   }
   os_close(fd);
-  return !bad && next >= end;
+  errno = saved;
+  return ok && next >= end;
 }
 
 long os_pagemap_read(uintptr_t first, size_t n, uint64_t *entries) {

@@ -3,6 +3,9 @@
  * user source, the limit, reset and destroy, capture, arenas, fork. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -94,6 +97,44 @@ static void basic(void) {
   CHECK(locus_heap_stats(h, &st) == 0 && st.heaps_live == 1 && st.bytes_in_use > 0 && st.cache_hits > 20, "stats");
   CHECK(locus_heap_check() == 0, "heap check");
   locus_heap_destroy(h);
+}
+
+/* A file segment whose /proc/self/maps line is longer than the check's
+ * buffer (a path of ~4000 characters): judged by the line's head, accepted;
+ * and an unmapped range just above it refused (the line's tail is no line). */
+static void long_path_segment(void) {
+  char path[4200] = "/tmp/locus-longpath-XXXXXX";
+  if (!mkdtemp(path)) return;
+  char top[64];
+  snprintf(top, sizeof top, "%s", path);
+  char comp[241];
+  memset(comp, 'd', 240);
+  comp[240] = 0;
+  while (strlen(path) + 242 < 4050) {
+    strcat(path, "/");
+    strcat(path, comp);
+    CHECK(mkdir(path, 0700) == 0, "mkdir");
+  }
+  strcat(path, "/f0000000-ffffffff rw");   /* what a tail read as a line would say */
+  int fd = open(path, O_RDWR | O_CREAT, 0600);
+  CHECK(fd >= 0 && ftruncate(fd, 8 * MiB) == 0, "long-path file (%zu chars)", strlen(path));
+  char *seg = guarded(8 * MiB);
+  CHECK(mmap(seg, 4 * MiB, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == seg, "map the file");
+  CHECK(munmap(seg + 4 * MiB, 4 * MiB) == 0, "a hole above it");
+  locus_heap_config_t c = cfg_default();
+  c.segment = seg; c.segment_size = 4 * MiB;
+  locus_heap_t *h = locus_heap_create(&c);
+  CHECK(h && locus_heap_malloc(h, 100), "long-path file segment accepted: %s", strerror(errno));
+  locus_heap_destroy(h);
+  c.segment = seg + 4 * MiB;
+  errno = 0;
+  CHECK(!locus_heap_create(&c) && errno == EINVAL, "the unmapped range above it refused (errno %d)", errno);
+  close(fd);
+  unlink(path);
+  munmap(seg, 4 * MiB);
+  char rm[128];
+  snprintf(rm, sizeof rm, "rm -rf %s", top);
+  CHECK(system(rm) == 0, "cleanup");
 }
 
 static void bad_configs(void) {
@@ -543,6 +584,26 @@ static void destroy(locus_heap_t *h) { locus_heap_destroy(h); }
 static void malloc_from(locus_heap_t *h) { locus_heap_malloc(h, 10); }
 static void m_destroy_after_reuse(void) { stale_after_reuse(destroy); }
 static void m_malloc_after_reuse(void) { stale_after_reuse(malloc_from); }
+/* The stale handle's record reused by a heap that was destroyed in turn:
+ * the message must not name that later heap ('current'). */
+static void destroy_current_then_use(locus_heap_t *old) {
+  /* white box: 'current' has old's record, one generation later */
+  locus_heap_t *cur = (locus_heap_t *)((uintptr_t)old + ((uintptr_t)1 << 48));
+  CHECK(strcmp(locus_heap_name(cur), "current") == 0, "the record's next generation");
+  locus_heap_destroy(cur);
+  locus_heap_malloc(old, 10);
+}
+static void m_stale_after_two_lives(void) { stale_after_reuse(destroy_current_then_use); }
+static void *null_heap_thread(void *arg) {
+  (void)arg;
+  locus_heap_malloc(NULL, 10);        /* a thread that never used a heap: no sub-heap cached */
+  return NULL;
+}
+static void m_malloc_null_fresh_thread(void) {
+  pthread_t t;
+  pthread_create(&t, NULL, null_heap_thread, NULL);
+  pthread_join(t, NULL);
+}
 static void m_double_free(void) {
   locus_heap_t *h = named("df", 0);
   void *p = locus_heap_malloc(h, 64);
@@ -561,6 +622,8 @@ static void misuse(void) {
   expect_abort(m_double_free, "double free");
   expect_abort(m_destroy_after_reuse, "locus_heap_destroy(): heap handle");
   expect_abort(m_malloc_after_reuse, "locus_heap_malloc(): heap handle");
+  expect_abort(m_stale_after_two_lives, "is stale (its heap was destroyed)");
+  expect_abort(m_malloc_null_fresh_thread, "locus_heap_malloc(): NULL heap");
   /* a live heap's handle is stable: the same from create, of and capture */
   {
     locus_heap_t *a = named("stable", 0);
@@ -601,6 +664,7 @@ static void fork_child(void) {
 int main(void) {
   basic();
   bad_configs();
+  long_path_segment();
   guarded_exhaustion();
   user_source();
   million();
