@@ -123,6 +123,38 @@ def loadavg():
         return None
 
 
+def running_now():
+    """Runnable tasks on the machine besides this script: the median of 5
+    samples of /proc/stat's procs_running over half a second."""
+    vals = []
+    for k in range(5):
+        try:
+            with open("/proc/stat") as f:
+                for line in f:
+                    if line.startswith("procs_running"):
+                        vals.append(int(line.split()[1]) - 1)
+        except (OSError, ValueError):
+            return None
+        if k < 4:
+            time.sleep(0.1)
+    return statistics.median(vals) if vals else None
+
+
+def wait_quiet(limit, max_wait):
+    """Waits until at most `limit` other tasks are runnable (other jobs on the
+    shared cores), at most max_wait seconds; returns the seconds waited."""
+    t0 = time.monotonic()
+    said = False
+    while True:
+        n = running_now()
+        if n is None or n <= limit or time.monotonic() - t0 >= max_wait:
+            return time.monotonic() - t0
+        if not said:
+            log("overlap_bench: %g other runnable tasks, waiting (up to %ds) for at most %d" % (n, max_wait, limit))
+            said = True
+        time.sleep(2)
+
+
 def parse_result(text):
     """The RESULT line of rank 0 as a dict, or None."""
     res = None
@@ -223,13 +255,17 @@ def summarize(runs, sizes, computes, variants):
     cells = []
     for s in sizes:
         for c in computes:
-            cell = {"size": s, "compute_us": c, "median_us": {}, "n": {}}
+            cell = {"size": s, "compute_us": c, "median_us": {}, "n": {}, "stretch": {}}
             for v in variants:
                 vals = [r["iter_us"] for r in runs if r["size"] == s and r["compute_us"] == c
                         and r["variant"] == v and r["ok"]]
                 if vals:
                     cell["median_us"][v] = statistics.median(vals)
                     cell["n"][v] = len(vals)
+                st = [r["stretch"] for r in runs if r["size"] == s and r["compute_us"] == c
+                      and r["variant"] == v and r["ok"] and "stretch" in r]
+                if st:
+                    cell["stretch"][v] = statistics.median(st)
             cells.append(cell)
     comm = {}
     for cell in cells:
@@ -283,7 +319,10 @@ def write_md(path, meta, cells, variants):
               "- %d repeat(s) per cell, variants interleaved; values are medians over the repeats of each run's "
               "median time per iteration (one ping and one pong, as rank 0 sees it), in ms" % a["repeat"],
               "- load average (1 min) during the runs: median %s, max %s (other jobs share the 2 cores)"
-              % (meta.get("load_median"), meta.get("load_max"))]
+              % (meta.get("load_median"), meta.get("load_max"))
+              + ("; each run waited (up to %ds) for at most %d other runnable tasks, %.0f s in all"
+                 % (a["max_wait"], a["max_running"], meta.get("waited_s", 0)) if a.get("max_running") is not None
+                 else "")]
     if meta.get("overlap_note"):
         lines.append("- overlap: " + meta["overlap_note"])
     lines.append("")
@@ -304,6 +343,14 @@ def write_md(path, meta, cells, variants):
         row += [ms(c["optimal_us"]), ms(c["t_comm_us"])]
         row += [pct(c["ratios"].get(k)) for k in cols]
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Compute stretch (measured compute time per iteration / C, median over the runs; 1.00 = "
+              "the compute phases ran at the calibrated speed, more = they were slowed by the other rank, "
+              "progress threads or other jobs sharing the 2 cores):", "",
+              "| size | C (ms) | " + " | ".join(variants) + " |", "|" + "---|" * (2 + len(variants))]
+    for c in cells:
+        if c["compute_us"]:
+            lines.append("| %s | %g | %s |" % (size_label(c["size"]), c["compute_us"] / 1e3, " | ".join(
+                "%.2f" % c["stretch"][v] if v in c["stretch"] else "—" for v in variants)))
     lines += ["", "speedup = t_blocking / t_variant - 1; overlap vs nonblocking = t_overlap / t_nonblocking - 1; "
               "optimal = max(C, t_comm), t_comm = blocking round trip at C = 0; max possible speedup = "
               "t_blocking / optimal - 1.", ""]
@@ -376,6 +423,10 @@ def main():
     ap.add_argument("--tbf-latency", default="100ms", help="tbf latency (queue bound, default 100ms)")
     ap.add_argument("--nb-progress-thread", action="store_true",
                     help="also run nonblocking with Open MPI's TCP progress thread (nonblocking-pt)")
+    ap.add_argument("--max-running", type=int, default=None,
+                    help="before each run, wait until at most N other tasks are runnable (other jobs on "
+                    "shared cores); default: do not wait")
+    ap.add_argument("--max-wait", type=int, default=120, help="seconds to wait for --max-running (default 120)")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
 
@@ -469,16 +520,21 @@ def main():
                 prog = ["--variant", pv, "--size", str(s), "--compute-us", str(c), "--iters", str(iters),
                         "--warmup", str(warmup), "--work-per-us", "%.6f" % wpu]
                 cmd = runner.mpirun(mca, preload, prog)
+                waited = wait_quiet(args.max_running, args.max_wait) if args.max_running is not None else 0.0
+                busy = running_now()
                 timeout = 120 + 20 * (iters + warmup) * t_est / 1e6
                 rc, out, err, el = runner.run(cmd, timeout)
                 res = parse_result(out)
                 ok = rc == 0 and res is not None and res.get("check") == "ok"
                 rec = {"repeat": r, "size": s, "compute_us": c, "variant": v, "iters": iters, "ok": ok,
-                       "exit": rc, "wall_s": round(el, 3), "loadavg": loadavg(), "cmd": cmd}
+                       "exit": rc, "wall_s": round(el, 3), "loadavg": loadavg(), "running_before": busy,
+                       "waited_s": round(waited, 1), "cmd": cmd}
                 if res:
                     rec["result"] = res
                 if ok:
                     rec["iter_us"] = float(res["value"])
+                    if c:
+                        rec["stretch"] = float(res["compute_us_measured"]) / c
                     startup.append(max(0.0, el - (iters + warmup) * rec["iter_us"] / 1e6))
                 else:
                     rec["stderr"] = err[-3000:]
@@ -510,11 +566,13 @@ def main():
             "command": " ".join(json.loads(os.environ.get("LOCUS_OVERLAP_ARGV", "null")) or sys.argv),
             "host": host_info(), "qdisc": qdisc, "work_per_us": wpu, "variants": variants,
             "overlap_note": overlap_note, "interrupted": interrupted, "failures": len(failures),
+            "waited_s": sum(x.get("waited_s", 0) for x in runs),
             "load_median": statistics.median(loads) if loads else None, "load_max": max(loads) if loads else None,
             "config": {"quick": quick, "sizes": sizes, "computes_us": computes, "repeat": repeat,
                        "budget_s": budget, "min_iters": min_iters, "warmup": warmup, "rate": args.rate,
                        "burst": args.burst, "mtu": args.mtu, "tbf_latency": args.tbf_latency,
-                       "bin": args.bin, "overlap_lib": args.overlap_lib, "base_preload": args.base_preload}}
+                       "bin": args.bin, "overlap_lib": args.overlap_lib, "base_preload": args.base_preload,
+                       "max_running": args.max_running, "max_wait": args.max_wait}}
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"meta": meta, "cells": cells, "runs": runs, "failures": failures}, f, indent=1)
     write_md(os.path.join(args.out, "results.md"), meta, cells, variants)
