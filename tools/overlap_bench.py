@@ -155,6 +155,26 @@ def wait_quiet(limit, max_wait):
         time.sleep(2)
 
 
+def parse_overlap_stderr(err):
+    """liblocus-overlap.so's lines on stderr: its counters per rank
+    ("locus-overlap: rank N: 12 guarded, 0 copied, ...") summed over the
+    ranks, and any other line it printed (a warning: overlap disabled...)."""
+    stats, notes = {}, []
+    for line in err.splitlines():
+        if "locus-overlap:" not in line:
+            continue
+        body = line.split("locus-overlap:", 1)[1].strip()
+        if body.startswith("rank ") and ":" in body:
+            for part in body.split(":", 1)[1].split(","):
+                words = part.split()
+                if len(words) >= 2 and words[0].isdigit():
+                    key = "_".join(words[1:])
+                    stats[key] = stats.get(key, 0) + int(words[0])
+        elif body not in notes:
+            notes.append(body)
+    return stats, notes
+
+
 def parse_result(text):
     """The RESULT line of rank 0 as a dict, or None."""
     res = None
@@ -179,7 +199,7 @@ class Runner:
         self.env.pop("LD_PRELOAD", None)
         self.env.pop(NETNS_ENV, None)
 
-    def mpirun(self, extra_mca, preload, prog_args):
+    def mpirun(self, extra_mca, preload, prog_args, stats=False):
         cmd = ["mpirun", "-np", "2", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
                "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
                "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo",
@@ -190,6 +210,9 @@ class Runner:
             cmd += ["--mca", k, v]
         if preload:
             cmd += ["-x", "LD_PRELOAD=" + preload]
+        if stats:
+            # liblocus-overlap.so's counters, printed by each rank at MPI_Finalize
+            cmd += ["-x", "LOCUS_OVERLAP_STATS=1"]
         return cmd + [self.args.bin] + prog_args
 
     def run(self, cmd, timeout):
@@ -266,6 +289,11 @@ def summarize(runs, sizes, computes, variants):
                       and r["variant"] == v and r["ok"] and "stretch" in r]
                 if st:
                     cell["stretch"][v] = statistics.median(st)
+                if v == "overlap":
+                    ov = [r for r in runs if r["size"] == s and r["compute_us"] == c and r["variant"] == v
+                          and r.get("overlap_stats")]
+                    if ov:
+                        cell["overlap_stats"] = dict(ov[-1]["overlap_stats"], iters=ov[-1]["iters"])
             cells.append(cell)
     comm = {}
     for cell in cells:
@@ -351,6 +379,24 @@ def write_md(path, meta, cells, variants):
         if c["compute_us"]:
             lines.append("| %s | %g | %s |" % (size_label(c["size"]), c["compute_us"] / 1e3, " | ".join(
                 "%.2f" % c["stretch"][v] if v in c["stretch"] else "—" for v in variants)))
+    if any(c.get("overlap_stats") for c in cells):
+        keys = []
+        for c in cells:
+            for k in c.get("overlap_stats", {}):
+                if k != "iters" and k not in keys:
+                    keys.append(k)
+        lines += ["", "liblocus-overlap.so's counters (LOCUS_OVERLAP_STATS=1), both ranks, last run of each cell "
+                  "(iterations timed + %d warm-up; each iteration is one send and one receive per rank):"
+                  % a["warmup"], "",
+                  "| size | C (ms) | iterations | " + " | ".join(k.replace("_", " ") for k in keys) + " |",
+                  "|" + "---|" * (3 + len(keys))]
+        for c in cells:
+            st = c.get("overlap_stats")
+            if st:
+                lines.append("| %s | %g | %d | %s |" % (size_label(c["size"]), c["compute_us"] / 1e3, st["iters"],
+                                                        " | ".join(str(st.get(k, 0)) for k in keys)))
+    if meta.get("overlap_messages"):
+        lines += ["", "liblocus-overlap.so printed: " + "; ".join("`%s`" % m for m in meta["overlap_messages"])]
     lines += ["", "speedup = t_blocking / t_variant - 1; overlap vs nonblocking = t_overlap / t_nonblocking - 1; "
               "optimal = max(C, t_comm), t_comm = blocking round trip at C = 0; max possible speedup = "
               "t_blocking / optimal - 1.", ""]
@@ -505,6 +551,7 @@ def main():
                         plan.append((r, s, c, v, iters, t_est))
         runs = []
         failures = []
+        overlap_msgs = []
         startup = [0.5]  # seconds of mpirun start-up and teardown, learnt as runs finish
         t_start = time.monotonic()
 
@@ -519,7 +566,7 @@ def main():
                 pv, mca, preload = variant_spec(v, c, args)
                 prog = ["--variant", pv, "--size", str(s), "--compute-us", str(c), "--iters", str(iters),
                         "--warmup", str(warmup), "--work-per-us", "%.6f" % wpu]
-                cmd = runner.mpirun(mca, preload, prog)
+                cmd = runner.mpirun(mca, preload, prog, stats=(v == "overlap"))
                 waited = wait_quiet(args.max_running, args.max_wait) if args.max_running is not None else 0.0
                 busy = running_now()
                 timeout = 120 + 20 * (iters + warmup) * t_est / 1e6
@@ -531,6 +578,12 @@ def main():
                        "waited_s": round(waited, 1), "cmd": cmd}
                 if res:
                     rec["result"] = res
+                if v == "overlap":
+                    rec["overlap_stats"], rec["overlap_notes"] = parse_overlap_stderr(err)
+                    for n in rec["overlap_notes"]:
+                        if n not in overlap_msgs:
+                            overlap_msgs.append(n)
+                            log("overlap_bench: liblocus-overlap.so said: " + n)
                 if ok:
                     rec["iter_us"] = float(res["value"])
                     if c:
@@ -565,7 +618,7 @@ def main():
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": " ".join(json.loads(os.environ.get("LOCUS_OVERLAP_ARGV", "null")) or sys.argv),
             "host": host_info(), "qdisc": qdisc, "work_per_us": wpu, "variants": variants,
-            "overlap_note": overlap_note, "interrupted": interrupted, "failures": len(failures),
+            "overlap_note": overlap_note, "overlap_messages": overlap_msgs, "interrupted": interrupted, "failures": len(failures),
             "waited_s": sum(x.get("waited_s", 0) for x in runs),
             "load_median": statistics.median(loads) if loads else None, "load_max": max(loads) if loads else None,
             "config": {"quick": quick, "sizes": sizes, "computes_us": computes, "repeat": repeat,
