@@ -452,7 +452,8 @@ def plot(path, cells, variants, computes, meta):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="output directory (results.json, results.md, overlap.png)")
+    ap.add_argument("--out", help="output directory (results.json, results.md, overlap.png); default "
+                    "results/scratch/overlap-<timestamp> (git-ignored; publish by copying under results/)")
     ap.add_argument("--bin", help="bench_overlap_mpi (default: build*/bench/bench_overlap_mpi)")
     ap.add_argument("--overlap-lib", help="liblocus-overlap.so: adds the `overlap` variant")
     ap.add_argument("--base-preload", help="LD_PRELOAD of the other variants (e.g. liblocus.so; default none)")
@@ -476,6 +477,10 @@ def main():
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
 
+    if not args.out:
+        args.out = os.path.join(REPO, "results", "scratch",
+                                "overlap-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    args.out = os.path.abspath(args.out)
     for tool in ("mpirun", "unshare", "ip", "tc"):
         if not shutil.which(tool):
             log("overlap_bench: SKIP: %s not found (scripts/setup.sh bench installs openmpi-bin, iproute2, "
@@ -496,8 +501,8 @@ def main():
         env = dict(os.environ)
         env[NETNS_ENV] = "1"
         env["LOCUS_OVERLAP_ARGV"] = json.dumps(sys.argv)
-        return subprocess.run(["unshare", "-n", "--", sys.executable, os.path.abspath(__file__)] + sys.argv[1:],
-                              env=env).returncode
+        argv = [sys.executable, os.path.abspath(__file__)] + sys.argv[1:] + ["--out", args.out]
+        return subprocess.run(["unshare", "-n", "--"] + argv, env=env).returncode
 
     quick = args.quick
     sizes = [parse_size(s) for s in (args.sizes or (QUICK_SIZES if quick else DEFAULT_SIZES)).split(",")]
