@@ -200,7 +200,8 @@ class Runner:
         self.env.pop(NETNS_ENV, None)
 
     def mpirun(self, extra_mca, preload, prog_args, stats=False):
-        cmd = ["mpirun", "-np", "2", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
+        cmd = ["nice", "-n", str(self.args.nice)] if self.args.nice else []
+        cmd += ["mpirun", "-np", "2", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
                "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
                "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo",
                # 2 ranks (and an overlap library's progress threads) on 2 shared cores: a
@@ -341,7 +342,8 @@ def write_md(path, meta, cells, variants):
                                                                meta["host"].get("nproc"), meta["host"].get("kernel"),
                                                                meta["host"].get("mpi")),
               "- link: loopback of a private network namespace, `%s`, MTU %d; Open MPI over TCP "
-              "(pml ob1, btl tcp,self), 2 ranks, --bind-to none, mpi_yield_when_idle 1" % (meta["qdisc"], a["mtu"]),
+              "(pml ob1, btl tcp,self), 2 ranks, --bind-to none, mpi_yield_when_idle 1%s"
+              % (meta["qdisc"], a["mtu"], ", ranks at nice %d" % a["nice"] if a.get("nice") else ""),
               "- compute loop: %.4f units/us (calibrated once, passed to every run); C is the compute time per "
               "iteration, two phases of C/2" % meta["work_per_us"],
               "- %d repeat(s) per cell, variants interleaved; values are medians over the repeats of each run's "
@@ -474,6 +476,9 @@ def main():
                     help="before each run, wait until at most N other tasks are runnable (other jobs on "
                     "shared cores); default: do not wait")
     ap.add_argument("--max-wait", type=int, default=120, help="seconds to wait for --max-running (default 120)")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="run mpirun and the ranks at this nice value (negative: ahead of other jobs on "
+                    "shared cores; root only); default 0")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
 
@@ -630,7 +635,7 @@ def main():
                        "budget_s": budget, "min_iters": min_iters, "warmup": warmup, "rate": args.rate,
                        "burst": args.burst, "mtu": args.mtu, "tbf_latency": args.tbf_latency,
                        "bin": args.bin, "overlap_lib": args.overlap_lib, "base_preload": args.base_preload,
-                       "max_running": args.max_running, "max_wait": args.max_wait}}
+                       "max_running": args.max_running, "max_wait": args.max_wait, "nice": args.nice}}
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"meta": meta, "cells": cells, "runs": runs, "failures": failures}, f, indent=1)
     write_md(os.path.join(args.out, "results.md"), meta, cells, variants)
