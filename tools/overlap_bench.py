@@ -20,8 +20,8 @@ Reports the median time per iteration of each cell and variant, the speedup of
 overlap over blocking (t_blocking / t_overlap - 1), overlap's distance to the
 hand-written nonblocking version (t_overlap / t_nonblocking - 1), its overhead
 where nothing overlaps (C = 0) and the optimum max(C, t_comm) with t_comm the
-blocking round trip at C = 0.  Writes results.json, results.md and a plot
-(matplotlib, when importable) to --out.  Progress and ETA on stderr.
+blocking round trip at C = 0.  Writes results.json, results.md and plots
+(overlap.png, overlap-speedup.png; matplotlib, when importable) to --out.  Progress and ETA on stderr.
 
 Must run as root (or where unshare -n, ip and tc are allowed): the script
 re-executes itself inside `unshare -n`, sets up the loopback there and runs
@@ -448,6 +448,30 @@ def plot(path, cells, variants, computes, meta):
                     "%d repeats, medians" % meta["config"]["repeat"]), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    # Speedups over blocking, one line per compute time.
+    base = os.path.splitext(path)[0]
+    shown = [v for v in variants if v != "blocking"]
+    fig, axes = plt.subplots(1, len(shown), figsize=(5.5 * len(shown), 4), squeeze=False)
+    for j, v in enumerate(shown):
+        ax = axes[0][j]
+        for c in computes:
+            cs = [x for x in cells if x["compute_us"] == c and v in x["median_us"] and "blocking" in x["median_us"]]
+            if cs:
+                ax.plot([x["size"] for x in cs], [100 * (x["median_us"]["blocking"] / x["median_us"][v] - 1)
+                                                  for x in cs], marker="o", label="C = %g ms" % (c / 1e3))
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xscale("log", base=2)
+        xs = sorted({x["size"] for x in cells})
+        ax.set_xticks(xs)
+        ax.set_xticklabels([size_label(s) for s in xs])
+        ax.set_xlabel("message size")
+        ax.set_ylabel("speedup over blocking (%)")
+        ax.set_title(v)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(base + "-speedup.png", dpi=110)
     plt.close(fig)
     return True
 
