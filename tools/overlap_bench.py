@@ -220,6 +220,15 @@ class Runner:
         t0 = time.monotonic()
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
                              start_new_session=True)
+        if self.args.nice:
+            # The run is a new session, hence (with sched_autogroup_enabled) a scheduling
+            # group of its own: a nice value counts only inside its group, and the group's
+            # own nice weighs it against other sessions' jobs.
+            try:
+                with open("/proc/%d/autogroup" % p.pid, "w") as f:
+                    f.write(str(self.args.nice))
+            except OSError:
+                pass
         try:
             out, err = p.communicate(timeout=timeout)
             rc = p.returncode
@@ -501,8 +510,8 @@ def main():
                     "shared cores); default: do not wait")
     ap.add_argument("--max-wait", type=int, default=120, help="seconds to wait for --max-running (default 120)")
     ap.add_argument("--nice", type=int, default=0,
-                    help="run mpirun and the ranks at this nice value (negative: ahead of other jobs on "
-                    "shared cores; root only); default 0")
+                    help="run mpirun and the ranks at this nice value, and their session's scheduling "
+                    "autogroup too (negative: ahead of other jobs on shared cores; root only); default 0")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
 
