@@ -1,5 +1,5 @@
 /* Overlap of MPI communication with computation (issue 32): the ping-pong
- * with computation of B. Lescouet's thesis (Chapter 3, "Evaluation of the
+ * with computation of A. Lescouet's thesis (Chapter 3, "Evaluation of the
  * overlapping potential"), 2 ranks.  One iteration:
  *
  *   rank 0: send(sbuf) ; compute C/2 ; write sbuf ; recv(rbuf) ; compute C/2 ; read rbuf

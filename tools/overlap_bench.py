@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Overlap of MPI communication with computation on a shaped link (issue 32).
 
-Runs bench/overlap_mpi.c (the ping-pong with computation of B. Lescouet's
+Runs bench/overlap_mpi.c (the ping-pong with computation of A. Lescouet's
 thesis, "Commmama", 2021, Chapter 3) on 2 ranks over a grid of message sizes
 x compute times x variants, on a link that takes real time without taking CPU:
 a private network namespace (unshare -n) whose loopback is rate-limited by a
@@ -288,13 +288,17 @@ def summarize(runs, sizes, computes, variants):
     cells = []
     for s in sizes:
         for c in computes:
-            cell = {"size": s, "compute_us": c, "median_us": {}, "n": {}, "stretch": {}}
+            cell = {"size": s, "compute_us": c, "median_us": {}, "n": {}, "stretch": {}, "mean_us": {}}
             for v in variants:
                 vals = [r["iter_us"] for r in runs if r["size"] == s and r["compute_us"] == c
                         and r["variant"] == v and r["ok"]]
                 if vals:
                     cell["median_us"][v] = statistics.median(vals)
                     cell["n"][v] = len(vals)
+                mv = [float(r["result"]["mean_us"]) for r in runs if r["size"] == s and r["compute_us"] == c
+                      and r["variant"] == v and r["ok"] and "mean_us" in r["result"]]
+                if mv:
+                    cell["mean_us"][v] = statistics.median(mv)
                 st = [r["stretch"] for r in runs if r["size"] == s and r["compute_us"] == c
                       and r["variant"] == v and r["ok"] and "stretch" in r]
                 if st:
@@ -382,6 +386,13 @@ def write_md(path, meta, cells, variants):
         row += [ms(c["optimal_us"]), ms(c["t_comm_us"])]
         row += [pct(c["ratios"].get(k)) for k in cols]
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Mean time per iteration (each run's total time / iterations, median over the repeats), ms: "
+              "a run whose iterations alternate fast and slow has a mean well above its median; preempted "
+              "iterations (other jobs) raise it too:", "",
+              "| size | C (ms) | " + " | ".join(variants) + " |", "|" + "---|" * (2 + len(variants))]
+    for c in cells:
+        lines.append("| %s | %g | %s |" % (size_label(c["size"]), c["compute_us"] / 1e3,
+                                         " | ".join(ms(c["mean_us"].get(v)) for v in variants)))
     lines += ["", "Compute stretch (measured compute time per iteration / C, median over the runs; 1.00 = "
               "the compute phases ran at the calibrated speed, more = they were slowed by the other rank, "
               "progress threads or other jobs sharing the 2 cores):", "",
