@@ -324,6 +324,8 @@ def summarize(runs, sizes, computes, variants):
             r["overlap_speedup"] = b / o - 1
         if o and nb:
             r["overlap_vs_nonblocking"] = o / nb - 1
+        if o and m.get("nonblocking-pt"):
+            r["overlap_vs_nonblocking_pt"] = o / m["nonblocking-pt"] - 1
         if b and nb:
             r["nonblocking_speedup"] = b / nb - 1
         if b and m.get("nonblocking-pt"):
@@ -372,7 +374,7 @@ def write_md(path, meta, cells, variants):
     hdr = ["size", "C (ms)"] + variants + ["optimal", "t_comm"]
     cols = []
     names = {"overlap_speedup": "overlap speedup", "overlap_vs_nonblocking": "overlap vs nonblocking",
-             "overlap_overhead": "overlap overhead (C=0)", "nonblocking_speedup": "nonblocking speedup",
+             "overlap_vs_nonblocking_pt": "overlap vs nonblocking-pt", "overlap_overhead": "overlap overhead (C=0)", "nonblocking_speedup": "nonblocking speedup",
              "nonblocking_pt_speedup": "nonblocking-pt speedup", "max_speedup": "max possible speedup"}
     for k in names:
         if any(k in c["ratios"] for c in cells):
@@ -419,7 +421,7 @@ def write_md(path, meta, cells, variants):
                                                         " | ".join(str(st.get(k, 0)) for k in keys)))
     if meta.get("overlap_messages"):
         lines += ["", "liblocus-overlap.so printed: " + "; ".join("`%s`" % m for m in meta["overlap_messages"])]
-    lines += ["", "speedup = t_blocking / t_variant - 1; overlap vs nonblocking = t_overlap / t_nonblocking - 1; "
+    lines += ["", "speedup = t_blocking / t_variant - 1; overlap vs nonblocking(-pt) = t_overlap / t_nonblocking(-pt) - 1; "
               "optimal = max(C, t_comm), t_comm = blocking round trip at C = 0; max possible speedup = "
               "t_blocking / optimal - 1.", ""]
     with open(path, "w") as f:
@@ -496,6 +498,27 @@ def plot(path, cells, variants, computes, meta):
     return True
 
 
+def write_outputs(out, meta, runs, failures, sizes, computes, variants, no_plot):
+    cells = summarize(runs, sizes, computes, variants)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"meta": meta, "cells": cells, "runs": runs, "failures": failures}, f, indent=1)
+    write_md(os.path.join(out, "results.md"), meta, cells, variants)
+    if not no_plot:
+        plot(os.path.join(out, "overlap.png"), cells, variants, computes, meta)
+
+
+def report_only(d, no_plot):
+    """Tables and plots again from a run's results.json (the runs are kept as they are)."""
+    with open(os.path.join(d, "results.json")) as f:
+        data = json.load(f)
+    meta = data["meta"]
+    cfg = meta["config"]
+    write_outputs(d, meta, data["runs"], data["failures"], cfg["sizes"], cfg["computes_us"], meta["variants"],
+                  no_plot)
+    log("overlap_bench: %s rewritten from its results.json" % os.path.join(d, "results.md"))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="output directory (results.json, results.md, overlap.png); default "
@@ -523,9 +546,13 @@ def main():
     ap.add_argument("--nice", type=int, default=0,
                     help="run mpirun and the ranks at this nice value, and their session's scheduling "
                     "autogroup too (negative: ahead of other jobs on shared cores; root only); default 0")
+    ap.add_argument("--report", metavar="DIR",
+                    help="run nothing: rewrite DIR's results.md and plots from its results.json")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
 
+    if args.report:
+        return report_only(args.report, args.no_plot)
     if not args.out:
         args.out = os.path.join(REPO, "results", "scratch",
                                 "overlap-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
@@ -667,24 +694,19 @@ def main():
                     log("overlap_bench: FAIL checksums differ between variants at size=%d C=%d: %s" % (s, c, sums))
                     failures.append({"size": s, "compute_us": c, "repeat": r, "checksums": sums})
 
-    cells = summarize(runs, sizes, computes, variants)
     loads = [x["loadavg"] for x in runs if x.get("loadavg") is not None]
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "command": " ".join(json.loads(os.environ.get("LOCUS_OVERLAP_ARGV", "null")) or sys.argv),
             "host": host_info(), "qdisc": qdisc, "work_per_us": wpu, "variants": variants,
-            "overlap_note": overlap_note, "overlap_messages": overlap_msgs, "interrupted": interrupted, "failures": len(failures),
-            "waited_s": sum(x.get("waited_s", 0) for x in runs),
+            "overlap_note": overlap_note, "overlap_messages": overlap_msgs, "interrupted": interrupted,
+            "failures": len(failures), "waited_s": sum(x.get("waited_s", 0) for x in runs),
             "load_median": statistics.median(loads) if loads else None, "load_max": max(loads) if loads else None,
             "config": {"quick": quick, "sizes": sizes, "computes_us": computes, "repeat": repeat,
                        "budget_s": budget, "min_iters": min_iters, "warmup": warmup, "rate": args.rate,
                        "burst": args.burst, "mtu": args.mtu, "tbf_latency": args.tbf_latency,
                        "bin": args.bin, "overlap_lib": args.overlap_lib, "base_preload": args.base_preload,
                        "max_running": args.max_running, "max_wait": args.max_wait, "nice": args.nice}}
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"meta": meta, "cells": cells, "runs": runs, "failures": failures}, f, indent=1)
-    write_md(os.path.join(args.out, "results.md"), meta, cells, variants)
-    if not args.no_plot:
-        plot(os.path.join(args.out, "overlap.png"), cells, variants, computes, meta)
+    write_outputs(args.out, meta, runs, failures, sizes, computes, variants, args.no_plot)
     log("overlap_bench: %d runs in %s, %d failure(s); %s" % (len(runs), fmt_eta(time.monotonic() - t_start),
                                                            len(failures), os.path.join(args.out, "results.md")))
     if failures:
