@@ -17,7 +17,11 @@ build_pkgs=(gcc g++ cmake ninja-build make)
 # libmimalloc-dev: mimalloc.h, for the mimalloc-heap variant of bench/heap_*.c
 # (mi_heap_new/mi_heap_destroy, found with dlsym under the preload).
 peer_pkgs=(libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0 libmimalloc-dev time)
-test_pkgs=(python3 pkg-config util-linux sqlite3 git redis-server redis-tools openmpi-bin libopenmpi-dev
+# MPI over a shaped loopback: the MPI client test and the overlap benchmark
+# (bench/overlap_mpi.c, tools/overlap_bench.py: unshare -n from util-linux,
+# ip and tc from iproute2).
+mpi_pkgs=(openmpi-bin libopenmpi-dev util-linux iproute2)
+test_pkgs=(python3 pkg-config sqlite3 git redis-server redis-tools
            clang libclang-rt-14-dev libfuzzer-14-dev libpython3.11-testsuite
            gcc-aarch64-linux-gnu g++-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross
            qemu-user qemu-system-x86 busybox-static cpio numactl valgrind binutils xz-utils zstd)
@@ -25,9 +29,9 @@ test_pkgs=(python3 pkg-config util-linux sqlite3 git redis-server redis-tools op
 want=("${build_pkgs[@]}")
 case "$what" in
   build) ;;
-  test)  want+=("${peer_pkgs[@]}" "${test_pkgs[@]}") ;;
-  bench) want+=("${peer_pkgs[@]}") ;;
-  all)   want+=("${peer_pkgs[@]}" "${test_pkgs[@]}") ;;
+  test)  want+=("${peer_pkgs[@]}" "${mpi_pkgs[@]}" "${test_pkgs[@]}") ;;
+  bench) want+=("${peer_pkgs[@]}" "${mpi_pkgs[@]}") ;;
+  all)   want+=("${peer_pkgs[@]}" "${mpi_pkgs[@]}" "${test_pkgs[@]}") ;;
   *) echo "usage: $0 [build|test|bench|all]" >&2; exit 2 ;;
 esac
 
