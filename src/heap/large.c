@@ -10,6 +10,7 @@
 #include "heap/heap.h"
 #include "heap/user.h"
 #include "numa/next_touch.h"
+#include "source/ksm.h"
 #include "os/os.h"
 #include "config/options.h"
 #include "config/trace.h"
@@ -78,6 +79,13 @@ size_t large_region_bytes(const heap_t *h, size_t size, size_t align) {
 static void *large_alloc_in(heap_t *h, source_t *src, size_t total, bool huge, size_t off, size_t slack,
                             size_t room, size_t size, size_t align, bool zero);
 
+/* LOCUS_KSM=auto: a live block of a system source enters the sampler's
+ * watch, and the sampler gets its tick (source/ksm.c). */
+static void large_ksm_watch(large_t *l) {
+  ksm_watch(&l->r);
+  ksm_tick(os_clock_coarse_ns());
+}
+
 void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   if (align > PTRDIFF_MAX / 4) {      /* no address space has room for it */
     errno = ENOMEM;
@@ -141,6 +149,7 @@ static void *large_alloc_in(heap_t *h, source_t *src, size_t total, bool huge, s
   atomic_fetch_add_explicit(&h->st_large_bytes, total, memory_order_relaxed);
   heap_stat_add(&h->st_large_allocs, 1);
   if (h->place == PLACE_USER) uheap_large_link(h, l);
+  else if (unlikely(ksm_auto())) large_ksm_watch(l);
   char *p = base + off;
   if (zero && (r->flags & REGION_USER)) {
     memset(p, 0, size);                /* the user's pages are never dropped (a shared mapping keeps its data) */
@@ -210,6 +219,7 @@ void large_free(large_t *l) {
   }
   if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);
   if (l->r.heap->place == PLACE_USER) uheap_large_unlink(l);
+  if (unlikely(l->r.flags & REGION_KSM_WATCH)) ksm_unwatch(&l->r);   /* the sampler is not reading it */
   l->magic = 0;
   atomic_fetch_sub_explicit(&l->r.heap->st_large_bytes, l->r.size, memory_order_relaxed);
   registry_remove(&l->r);
@@ -258,6 +268,7 @@ static void *large_grow_cached(large_t *l, void *p, size_t size, size_t total) {
   }
   atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, n->r.size, memory_order_relaxed);
   if (n->r.heap->place == PLACE_USER) uheap_large_link(n->r.heap, n);
+  else if (unlikely(ksm_auto())) large_ksm_watch(n);
   memcpy((char *)n + off, p, large_usable(l));   /* the caller may use all usable bytes */
   large_free(l);
   return (char *)n + off;
@@ -273,14 +284,18 @@ static void *large_remap(large_t *l, size_t size, size_t total) {
     return NULL;
   }
   size_t off = l->user_off, old = l->r.size;
+  bool watched = l->r.flags & REGION_KSM_WATCH;
+  if (unlikely(watched)) ksm_unwatch(&l->r);   /* mremap may move it: out of the sampler's table first */
   registry_remove(&l->r);
   large_t *n = (large_t *)source_resize(&l->r, total);
   if (!n) {
     record(&l->r, &rv);                /* its leaves exist: it was recorded before */
     registry_unreserve(&rv);
+    if (unlikely(watched)) ksm_watch(&l->r);
     errno = ENOMEM;
     return NULL;
   }
+  if (unlikely(watched)) ksm_watch(&n->r);   /* sampled anew; an advice given stays with the mapping */
   atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, total - old, memory_order_relaxed);  /* modular */
   n->user_size = size;
   n->r.zeroed = false;
