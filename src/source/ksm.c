@@ -16,10 +16,12 @@
  * not at all. */
 #include "source/ksm.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "config/options.h"
 #include "os/os.h"
+#include "os/shm.h"
 #include "source/source.h"
 #include "util/lock.h"
 
@@ -39,10 +41,20 @@ static struct {
   watch_t w[KSM_AUTO_SLOTS];
 } K;
 
+bool ksm_thread_off;
+
 bool ksm_auto(void) { return atomic_load_explicit(&locus_opt.ksm, memory_order_relaxed) == KSM_OPT_AUTO; }
 
+/* The sampler's thread: 0 none, 1 started, 2 could not be started. */
+static atomic_int sampler_state;
+
 static void ksm_each_lock(void (*fn)(lock_t *)) { fn(&K.lock); }
-static lock_class_t ksm_locks = {.name = "ksm auto (watched blocks)", .rank = LOCK_RANK_KSM, .each = ksm_each_lock};
+/* The child of fork has no sampler thread: the next block watched starts one. */
+static void ksm_fork_child(void) {
+  if (atomic_load(&sampler_state) == 1) atomic_store(&sampler_state, 0);
+}
+static lock_class_t ksm_locks = {.name = "ksm auto (watched blocks)", .rank = LOCK_RANK_KSM, .each = ksm_each_lock,
+                                 .fork_child = ksm_fork_child};
 __attribute__((constructor(101))) static void ksm_locks_register(void) {
   lock_init(&K.lock, LOCK_RANK_KSM);
   lock_class_register(&ksm_locks);
@@ -50,6 +62,35 @@ __attribute__((constructor(101))) static void ksm_locks_register(void) {
 
 static inline void bump(atomic_size_t *c, size_t n) { atomic_fetch_add_explicit(c, n, memory_order_relaxed); }
 static inline void drop(atomic_size_t *c, size_t n) { atomic_fetch_sub_explicit(c, n, memory_order_relaxed); }
+
+/* A program that computes for seconds without calling the allocator (the
+ * time steps of a simulation) gives the sampler no tick: a thread of its
+ * own wakes every KSM_AUTO_TICK_NS while blocks are watched (every second
+ * otherwise) and ticks. It never allocates and holds no lock while asleep. */
+static void *sampler_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    os_sleep_ns(atomic_load_explicit(&K.watched, memory_order_relaxed) ? KSM_AUTO_TICK_NS : 10 * KSM_AUTO_TICK_NS);
+    ksm_tick(os_clock_coarse_ns());
+  }
+  return NULL;
+}
+
+static void sampler_start(void) {
+  int s = 0;
+  if (!atomic_compare_exchange_strong(&sampler_state, &s, 1)) return;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  int err = pthread_create(&t, &attr, sampler_main, NULL);
+  pthread_attr_destroy(&attr);
+  if (err) {
+    atomic_store(&sampler_state, 2);
+    locus_warn("LOCUS_KSM=auto: no sampler thread (error %d): blocks are sampled only when the program allocates", err);
+  }
+}
 
 void ksm_watch(region_t *r) {
   if (!ksm_auto() || (r->flags & (REGION_USER | REGION_FILE | REGION_NEXT_TOUCH | REGION_KSM_WATCH))) return;
@@ -70,6 +111,7 @@ void ksm_watch(region_t *r) {
   }
   bump(&K.watched, 1);
   lock_release(&K.lock);
+  if (unlikely(atomic_load_explicit(&sampler_state, memory_order_relaxed) == 0) && !ksm_thread_off) sampler_start();
 }
 
 void ksm_unwatch(region_t *r) {
@@ -140,7 +182,13 @@ static void sample(watch_t *w, uint64_t now) {
   size_t page = os_page_size(), n, k = sample_pages(r, page, &n);
   bool changed = false, zero = true;
   for (size_t i = 0; i < k; i++) {
-    size_t idx = 1 + (2 * i + 1) * n / (2 * k);
+    /* One page in each of k strata, at an offset drawn from the block's
+     * address: evenly spaced pages would all fall in the same phase of a
+     * periodic layout (the runs of a mesh). */
+    size_t lo = i * n / k, span = (i + 1) * n / k - lo;
+    uint64_t x = ((uintptr_t)r >> 12) * 0x9e3779b97f4a7c15ull + i * 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 31;
+    size_t idx = 1 + lo + (span ? x % span : 0);
     bool z;
     uint64_t h = page_hash((const uint64_t *)((char *)r + idx * page), page / sizeof(uint64_t), &z);
     changed |= h != w->h[i];

@@ -4,11 +4,12 @@
  * fixed pages of each, and advises a block MADV_MERGEABLE once its sampled
  * pages stayed unchanged over KSM_AUTO_STABLE samples (or were all zero
  * twice); an advised block whose pages change again loses the advice and
- * must stay unchanged twice as long to get it back. No thread of its own:
- * the sampler runs on the large blocks' paths and the heaps' slow-path
- * tick, at most every KSM_AUTO_TICK_NS, hashing at most KSM_AUTO_BUDGET
- * pages per tick. Nothing on the fast path: small and medium blocks never
- * see it. */
+ * must stay unchanged twice as long to get it back. The sampler ticks on
+ * the large blocks' paths, the heaps' slow-path tick and a thread of its own
+ * (started with the first block watched: a simulation's time steps may not
+ * call the allocator for seconds), at most every KSM_AUTO_TICK_NS, hashing
+ * at most KSM_AUTO_BUDGET pages per tick. Nothing on the fast path: small
+ * and medium blocks never see it. */
 #ifndef LOCUS_KSM_H
 #define LOCUS_KSM_H
 
@@ -27,6 +28,8 @@
 #define KSM_AUTO_STABLE_MAX 48                  /* the back-off's ceiling */
 #define KSM_AUTO_SLOTS 512                      /* blocks watched at once; more are left alone */
 
+/* The unit test samples with a clock of its own: no sampler thread. */
+extern bool ksm_thread_off;
 /* Whether LOCUS_KSM=auto. */
 bool ksm_auto(void);
 /* A live large block of a system source (not the user's memory, not a

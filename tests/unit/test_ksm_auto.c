@@ -95,7 +95,23 @@ static int bad_value_child(void) {
   return atomic_load(&locus_opt.ksm) == KSM_OPT_OFF ? 0 : 3;
 }
 
-static void bad_value(const char *self) {
+/* The child of the thread check (LOCUS_KSM=auto, real clock): a constant
+ * block is advised by the sampler's thread while the program sleeps and
+ * never calls the allocator. Exit 0 advised, 77 not checkable, 4 not
+ * advised in 10 s. */
+static int thread_child(void) {
+  size_t sz = 4 * MiB;
+  char *t = malloc(sz);
+  for (size_t i = 0; i < sz; i++) t[i] = (char)(i * 13 + i / 4096);
+  char *u = malloc(2 * MiB);
+  int no_ksm = locus_merge(u, 2 * MiB) < 0;   /* ENOSYS without KSM */
+  free(u);
+  if (mergeable(t) < 0 || no_ksm) return 77;
+  for (int i = 0; i < 100 && !advised(t); i++) usleep(100000);
+  return advised(t) && mergeable(t + sz / 2) == 1 ? 0 : 4;
+}
+
+static int run_child(const char *self, const char *mode, const char *ksm, char *err, size_t errlen) {
   int fd[2];
   CHECK(pipe(fd) == 0, "pipe");
   pid_t pid = fork();
@@ -103,25 +119,32 @@ static void bad_value(const char *self) {
   if (pid == 0) {
     dup2(fd[1], 2);
     close(fd[0]);
-    setenv("LOCUS_KSM", "bogus", 1);
+    setenv("LOCUS_KSM", ksm, 1);
     unsetenv("LOCUS_SHOWN_BY");
-    execl(self, self, "--bad-child", (char *)NULL);
+    execl(self, self, mode, (char *)NULL);
     _exit(127);
   }
   close(fd[1]);
-  char err[4096] = {0};
   size_t n = 0;
   ssize_t k;
-  while (n < sizeof err - 1 && (k = read(fd[0], err + n, sizeof err - 1 - n)) > 0) n += (size_t)k;
+  memset(err, 0, errlen);
+  while (n < errlen - 1 && (k = read(fd[0], err + n, errlen - 1 - n)) > 0) n += (size_t)k;
   close(fd[0]);
   int st;
   CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
-  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "LOCUS_KSM=bogus falls back to off (status %d)", st);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void bad_value(const char *self) {
+  char err[4096];
+  int st = run_child(self, "--bad-child", "bogus", err, sizeof err);
+  CHECK(st == 0, "LOCUS_KSM=bogus falls back to off (status %d)", st);
   CHECK(strstr(err, "LOCUS_KSM") != NULL, "LOCUS_KSM=bogus warns: [%s]", err);
 }
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--bad-child")) return bad_value_child();
+  if (argc > 1 && !strcmp(argv[1], "--thread-child")) return thread_child();
   const char *e = getenv("LOCUS_KSM");
   if (!e || strcmp(e, "auto")) {
     setenv("LOCUS_KSM", "auto", 1);
@@ -134,6 +157,7 @@ int main(int argc, char **argv) {
     printf("under an emulator: the sampler on real blocks skipped\n");
     return TEST_DONE();
   }
+  ksm_thread_off = true;               /* the ticks below only: a clock of their own */
   CHECK(ksm_auto(), "LOCUS_KSM=auto read");
   size_t sz = 8 * MiB;
   char *table = malloc(sz), *zero = malloc(sz), *churn = malloc(sz);
@@ -206,6 +230,10 @@ int main(int argc, char **argv) {
   ksm_auto_stats(&s3);
   CHECK(s3.watched == 0 && s3.advised == 0 && s3.advised_bytes == 0, "nothing watched after the frees: %zu, %zu",
         s3.watched, s3.advised);
+  /* the sampler's thread, in a process of its own (real clock) */
+  char err[4096];
+  int st = run_child("/proc/self/exe", "--thread-child", "auto", err, sizeof err);
+  CHECK(st == 0 || st == 77, "a sleeping program's constant block advised by the sampler's thread (status %d) %s", st, err);
   char json[16384];
   locus_stats_json(json, sizeof json);
   CHECK(strstr(json, "\"option\":\"auto\"") && strstr(json, "\"auto\":{\"watched\":0"), "auto in the JSON report");
