@@ -48,12 +48,11 @@ bool ksm_auto(void) { return atomic_load_explicit(&locus_opt.ksm, memory_order_r
 /* The sampler's thread: 0 none, 1 started, 2 could not be started. */
 static atomic_int sampler_state;
 
-static void ksm_each_lock(void (*fn)(lock_t *)) { fn(&K.lock); }
 /* The child of fork has no sampler thread: the next block watched starts one. */
 static void ksm_fork_child(void) {
   if (atomic_load(&sampler_state) == 1) atomic_store(&sampler_state, 0);
 }
-static lock_class_t ksm_locks = {.name = "ksm auto (watched blocks)", .rank = LOCK_RANK_KSM, .each = ksm_each_lock,
+static lock_class_t ksm_locks = {.name = "ksm auto (watched blocks)", .rank = LOCK_RANK_KSM, .lock = &K.lock,
                                  .fork_child = ksm_fork_child};
 __attribute__((constructor(101))) static void ksm_locks_register(void) {
   lock_init(&K.lock, LOCK_RANK_KSM);
