@@ -45,6 +45,12 @@
  * its table are (move_pages): on its node or another. With KSM's
  * merge_across_nodes 1 a merged page serves the ranks of every node.
  *
+ * --expect-local: fail unless, in every run, KSM merged pages and every
+ * rank's table pages are on the rank's node (with --bind and
+ * merge_across_nodes 0). --expect-table F: fail unless, in every run, the
+ * merged pages (sum of ksm_merging_pages) reach F x the ranks' table pages
+ * (LOCUS_KSM=auto: the table is what stays unchanged during the steps).
+ *
  * The parent also reports ksmd's CPU time (its /proc/PID/stat) over the
  * steps and over the whole run, and each rank's LOCUS_KSM=auto figures
  * (locus_stats_json: pages hashed, blocks advised).
@@ -507,7 +513,7 @@ static double median(double *v, int n) {
 static int usage(void) {
   fprintf(stderr, "usage: ksm_ranks [--modes off,large,all] [--repeat R] [--ranks N] [--table-mib M] [--mesh-mib M] "
                   "[--small-mib M] [--steps S] [--sample SEC] [--settle SEC] [--hold-max SEC] [--hold SEC] "
-                  "[--expect-merge F] [--churn-mib M] [--bind N0,N1,...] [--quiet]\n");
+                  "[--expect-merge F] [--expect-local] [--expect-table F] [--churn-mib M] [--bind N0,N1,...] [--quiet]\n");
   return 2;
 }
 
@@ -516,7 +522,8 @@ static int usage(void) {
 
 int main(int argc, char **argv) {
   cfg_t g = {.ranks = 4, .steps = 6, .period = 0.5, .settle = 2, .hold_max = 60, .hold = -1};
-  double tmib = 32, mmib = 32, smib = 4, expect = -1;
+  double tmib = 32, mmib = 32, smib = 4, expect = -1, expect_table = -1;
+  int expect_local = 0;
   int repeat = 1, nm = 0;
   char modes_buf[128] = "";
   const char *mode[MAXM];
@@ -537,6 +544,7 @@ int main(int argc, char **argv) {
       return rank_main(atoi(argv[i + 1]), atoi(argv[i + 2]), atoi(argv[i + 3]), strtoull(argv[i + 4], 0, 10),
                        strtoull(argv[i + 5], 0, 10), strtoull(argv[i + 6], 0, 10), atol(argv[i + 7]));
     if (!strcmp(a, "--quiet")) { g.quiet = 1; continue; }
+    if (!strcmp(a, "--expect-local")) { expect_local = 1; continue; }
     if (!v) return usage();
     if (!strcmp(a, "--ranks")) g.ranks = atoi(v);
     else if (!strcmp(a, "--modes")) snprintf(modes_buf, sizeof modes_buf, "%s", v);
@@ -550,6 +558,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--hold-max")) g.hold_max = atof(v);
     else if (!strcmp(a, "--hold")) g.hold = atof(v);
     else if (!strcmp(a, "--expect-merge")) expect = atof(v);
+    else if (!strcmp(a, "--expect-table")) expect_table = atof(v);
     else if (!strcmp(a, "--churn-mib")) {
       char b[32];
       snprintf(b, sizeof b, "%zu", (size_t)(atof(v) * 1048576) / PAGE * PAGE);
@@ -638,6 +647,24 @@ int main(int argc, char **argv) {
       }
     }
   }
+  for (int m = 0; m < nm; m++)
+    for (int r = 0; r < repeat; r++) {
+      run_t *x = &res[m][r];
+      if (expect_local) {
+        int good = x->merging > 0 && x->tab_remote == 0 && x->tab_local > 0;
+        printf("ksm_ranks: %s: LOCUS_KSM=%s run %d: %ld pages merged; table pages on the rank's node %ld, on another "
+               "%ld; expected all on the rank's node\n", good ? "ok" : "FAIL", mode[m], r + 1, x->merging, x->tab_local,
+               x->tab_remote);
+        expect_ok &= good;
+      }
+      if (expect_table > 0) {
+        double want = expect_table * (double)ranks * (double)tp;
+        int good = x->merging >= want;
+        printf("ksm_ranks: %s: LOCUS_KSM=%s run %d: %ld pages merged, expected at least %.0f (%.2f x the ranks' "
+               "table pages)\n", good ? "ok" : "FAIL", mode[m], r + 1, x->merging, want, expect_table);
+        expect_ok &= good;
+      }
+    }
   printf("ksm_ranks: %s\n", ok && expect_ok ? "PASS" : !ok ? "FAIL (data)" : "FAIL (merging)");
   return ok && expect_ok ? 0 : 1;
 }
