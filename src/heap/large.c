@@ -284,18 +284,14 @@ static void *large_remap(large_t *l, size_t size, size_t total) {
     return NULL;
   }
   size_t off = l->user_off, old = l->r.size;
-  bool watched = l->r.flags & REGION_KSM_WATCH;
-  if (unlikely(watched)) ksm_unwatch(&l->r);   /* mremap may move it: out of the sampler's table first */
   registry_remove(&l->r);
   large_t *n = (large_t *)source_resize(&l->r, total);
   if (!n) {
     record(&l->r, &rv);                /* its leaves exist: it was recorded before */
     registry_unreserve(&rv);
-    if (unlikely(watched)) ksm_watch(&l->r);
     errno = ENOMEM;
     return NULL;
   }
-  if (unlikely(watched)) ksm_watch(&n->r);   /* sampled anew; an advice given stays with the mapping */
   atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, total - old, memory_order_relaxed);  /* modular */
   n->user_size = size;
   n->r.zeroed = false;
@@ -304,8 +300,27 @@ static void *large_remap(large_t *l, size_t size, size_t total) {
   return (char *)n + off;
 }
 
-/* realloc of a large block: in place when the new size fits, else large_move. */
+static void *large_realloc_in(large_t *l, void *p, size_t size);
+
+static void *large_realloc_in(large_t *l, void *p, size_t size);
+
+/* realloc of a large block: in place when the new size fits, else large_move.
+ * LOCUS_KSM=auto: a watched block leaves the sampler's table while it is
+ * resized (the sampler may change its flags and mapping number, which a
+ * resize reads; mremap may move it) and comes back at its new place,
+ * sampled anew (an advice given stays with the kernel's mapping). */
 void *large_realloc(large_t *l, void *p, size_t size) {
+  if (likely(!(l->r.flags & REGION_KSM_WATCH))) return large_realloc_in(l, p, size);
+  size_t off = l->user_off;
+  ksm_unwatch(&l->r);
+  void *q = large_realloc_in(l, p, size);
+  /* a block copied elsewhere was watched on its way (large_grow_cached) */
+  large_t *n = (large_t *)((char *)(q ? q : p) - off);
+  if (!(n->r.flags & REGION_KSM_WATCH)) ksm_watch(&n->r);
+  return q;
+}
+
+static void *large_realloc_in(large_t *l, void *p, size_t size) {
   if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);
   size_t off = l->user_off;
   if (size > PTRDIFF_MAX - off - PAGE_SIZE - SLICE_SIZE) {
@@ -324,7 +339,17 @@ void *large_realloc(large_t *l, void *p, size_t size) {
   return large_remap(l, size, total);
 }
 
+static void *large_resize_in_place_in(large_t *l, void *p, size_t size);
+
 void *large_resize_in_place(large_t *l, void *p, size_t size) {
+  if (likely(!(l->r.flags & REGION_KSM_WATCH))) return large_resize_in_place_in(l, p, size);
+  ksm_unwatch(&l->r);                  /* as for large_realloc: out of the table while it grows */
+  void *q = large_resize_in_place_in(l, p, size);
+  ksm_watch(&l->r);
+  return q;
+}
+
+static void *large_resize_in_place_in(large_t *l, void *p, size_t size) {
   size_t off = l->user_off;
   if (size > PTRDIFF_MAX - off - PAGE_SIZE - SLICE_SIZE) return NULL;
   size_t total = region_bytes(off, size);

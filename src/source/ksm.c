@@ -231,6 +231,10 @@ void ksm_tick(uint64_t now) {
     if (w->r && (!w->last_ns || now - w->last_ns >= KSM_AUTO_PERIOD_NS)) {
       size_t n, k = sample_pages(w->r, page, &n);
       if (k > budget) break;           /* this one first at the next tick */
+      if (!k) {                        /* no page past the header: nothing to judge (regions are a slice at least) */
+        K.cursor++;
+        continue;
+      }
       sample(w, now);
       budget -= k;
     }
