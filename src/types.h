@@ -86,6 +86,8 @@ struct heap_s;
 #define REGION_HUGE 4u                /* starts on a huge-page boundary in a mapping advised for huge pages */
 #define REGION_FILE 16u               /* a shareable block: a memory file's pages (source/file.c) */
 #define REGION_MERGEABLE 32u          /* advised MADV_MERGEABLE (LOCUS_KSM) */
+#define REGION_KSM_WATCH 64u          /* watched by LOCUS_KSM=auto's sampler (source/ksm.c) */
+#define REGION_KSM_AUTO 128u          /* ... and advised by it: never cached with the advice */
 #define REGION_USER 8u                /* the user's memory (a user heap's segment or source): never advised,
                                          remapped or dropped, never known zero */
 

@@ -8,6 +8,7 @@
 
 #include "heap/heap.h"
 #include "numa/next_touch.h"
+#include "source/ksm.h"
 #include "os/topology.h"
 #include "os/os.h"
 
@@ -78,6 +79,7 @@ LOCUS_EXPORT int locus_next_touch(void *p, size_t len) {
   size_t page = os_page_size();
   a &= ~(uintptr_t)(page - 1);         /* whole pages: they belong to this block only */
   b = align_up(b, page);
+  if (r->flags & REGION_KSM_WATCH) ksm_unwatch(r);   /* LOCUS_KSM=auto's sampler must not touch it */
   return next_touch_range(r, a, b);
 }
 

@@ -11,6 +11,7 @@
 #include "numa/next_touch.h"
 #include "os/os.h"
 #include "os/topology.h"
+#include "source/ksm.h"
 #include "source/source.h"
 #include "source/thp.h"
 #include "util/lock.h"
@@ -192,12 +193,17 @@ LOCUS_EXPORT size_t locus_stats_json(char *buf, size_t len) {
        "\"probes\":%zu,\"withdrawn\":%zu},", hr.active ? "true" : "false", hr.advising ? "true" : "false",
        (size_t)hr.huge_ns, (size_t)hr.base_ns, hr.ratio_pct, hr.huge_samples,
        hr.base_samples, hr.stops, hr.resumes, hr.probes, hr.withdrawn);
-  static const char *const ksm_opt[] = {"off", "large", "all"};
+  static const char *const ksm_opt[] = {"off", "large", "all", "auto"};
   os_ksm_t k;
   bool ksm = os_ksm_self(&k);
+  ksm_auto_stats_t ka;
+  ksm_auto_stats(&ka);
   text(&t, "\"ksm\":{\"option\":\"%s\",\"available\":%s,\"merging_pages\":%zu,\"zero_pages\":%zu,"
-       "\"process_profit\":%zu},", ksm_opt[atomic_load(&locus_opt.ksm)], ksm ? "true" : "false",
-       (size_t)k.merging_pages, (size_t)k.zero_pages, (size_t)k.process_profit);
+       "\"process_profit\":%zu,\"auto\":{\"watched\":%zu,\"advised\":%zu,\"advised_bytes\":%zu,"
+       "\"advices\":%zu,\"zero_advices\":%zu,\"withdrawals\":%zu,\"samples\":%zu,\"pages_hashed\":%zu,"
+       "\"not_watched\":%zu}},", ksm_opt[atomic_load(&locus_opt.ksm)], ksm ? "true" : "false",
+       (size_t)k.merging_pages, (size_t)k.zero_pages, (size_t)k.process_profit, ka.watched, ka.advised,
+       ka.advised_bytes, ka.advices, ka.zero_advices, ka.withdrawals, ka.samples, ka.pages_hashed, ka.full);
   text(&t, "\"next_touch_faults\":%zu,\"next_touch_moved_pages\":%zu,", next_touch_faults(),
        next_touch_moved_pages());
   text(&t, "\"heaps_live\":%zu,\"heaps_orphaned\":%zu,\"sources\":[", st.heaps_live, st.heaps_orphaned);
@@ -302,7 +308,16 @@ LOCUS_EXPORT void locus_stats_print(void) {
     text(&t, "  ksm               : %zu pages merged (%zu KiB), %zu zero pages, profit %zu bytes (LOCUS_KSM=%s)\n",
          (size_t)k.merging_pages, (size_t)(k.merging_pages * f->page_size / KiB), (size_t)k.zero_pages,
          (size_t)k.process_profit, atomic_load(&locus_opt.ksm) == KSM_OPT_LARGE ? "large"
-                                   : atomic_load(&locus_opt.ksm) == KSM_OPT_ALL ? "all" : "off");
+                                   : atomic_load(&locus_opt.ksm) == KSM_OPT_ALL ? "all"
+                                   : atomic_load(&locus_opt.ksm) == KSM_OPT_AUTO ? "auto" : "off");
+  if (ksm_auto()) {
+    ksm_auto_stats_t ka;
+    ksm_auto_stats(&ka);
+    text(&t, "  ksm auto          : %zu of %zu watched blocks advised (%zu KiB); %zu advices (%zu on zero pages), "
+         "%zu withdrawn; %zu samples, %zu pages hashed%s\n", ka.advised, ka.watched, ka.advised_bytes / KiB,
+         ka.advices, ka.zero_advices, ka.withdrawals, ka.samples, ka.pages_hashed,
+         ka.full ? " (table full: some blocks not watched)" : "");
+  }
   if (next_touch_faults())
     text(&t, "  next touch        : %zu faults, %zu pages moved\n", next_touch_faults(), next_touch_moved_pages());
   sources_report(report_source, &t);

@@ -51,7 +51,7 @@ options_t locus_opt = {
 
 static const char *const profile_names[] = {"eco", "uma", "numa", "auto", NULL};
 static const char *const thp_names[] = {"auto", "on", "off", NULL};
-static const char *const ksm_names[] = {"off", "large", "all", NULL};
+static const char *const ksm_names[] = {"off", "large", "all", "auto", NULL};
 static const char *const next_touch_names[] = {"auto", "uffd", "protect", NULL};
 
 const char *profile_name(profile_t p) { return profile_names[p]; }
@@ -181,9 +181,11 @@ static option_t table[] = {
     "(measured on fresh mappings, docs/adaptive.md; the decision is in LOCUS_STATS); "
     "on: always, also under eco; off: never.", RT},
    T_ENUM, 0, 0, thp_names, &locus_opt.thp, NULL},
-  {{"ksm", "LOCUS_KSM", "enum", "off", "off, large, all",
+  {{"ksm", "LOCUS_KSM", "enum", "off", "off, large, all, auto",
     "Same-page merging (KSM, docs/sharing.md): large: advise large blocks MADV_MERGEABLE (once per "
-    "mapping: the advice stays with a block recycled or grown); all: heap chunks too; off: only what "
+    "mapping: the advice stays with a block recycled or grown); all: heap chunks too; auto: only the "
+    "large blocks whose sampled pages stay unchanged for 3 s (or zero for 1 s), withdrawn when they "
+    "change again and dropped when they are freed; off: only what "
     "the program advises with locus_merge. The kernel merges only while KSM runs "
     "(/sys/kernel/mm/ksm/run); locus info shows its state.", START},
    T_ENUM, 0, 0, ksm_names, &locus_opt.ksm, NULL},

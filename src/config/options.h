@@ -11,7 +11,7 @@
 typedef enum { PROFILE_ECO = 0, PROFILE_UMA = 1, PROFILE_NUMA = 2, PROFILE_AUTO = 3 } profile_t;
 /* LOCUS_THP: huge pages for large blocks. */
 typedef enum { THP_OPT_AUTO = 0, THP_OPT_ON = 1, THP_OPT_OFF = 2 } thp_opt_t;
-typedef enum { KSM_OPT_OFF = 0, KSM_OPT_LARGE = 1, KSM_OPT_ALL = 2 } ksm_opt_t;
+typedef enum { KSM_OPT_OFF = 0, KSM_OPT_LARGE = 1, KSM_OPT_ALL = 2, KSM_OPT_AUTO = 3 } ksm_opt_t;
 /* LOCUS_NEXT_TOUCH: how locus_next_touch traps the next access. */
 typedef enum { NT_OPT_AUTO = 0, NT_OPT_UFFD = 1, NT_OPT_PROTECT = 2 } next_touch_opt_t;
 /* LOCUS_NUMA, in numactl's terms: where memory goes when the program does not say. */

@@ -18,6 +18,7 @@
 
 #include "heap/heap.h"
 #include "heap/user.h"
+#include "source/ksm.h"
 
 #include "os/topology.h"
 #include "os/os.h"
@@ -344,6 +345,7 @@ static chunk_t *chunk_alloc(heap_t *h, region_kind_t kind, size_t size) {
  * source (where it decays like any chunk); then the sources' controller
  * runs. */
 void heap_adapt_tick(heap_t *h) {
+  if (unlikely(ksm_auto()) && h != &locus_oom_heap) ksm_tick(adapt_now());
   if (h == &locus_oom_heap || !adapt_active()) return;
   uint64_t now = adapt_now();
   uint64_t keep = h->spare ? atomic_load_explicit(&h->spare->r.source->adapt.k[ADAPT_CHUNK].window_ns,

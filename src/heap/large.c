@@ -10,6 +10,7 @@
 #include "heap/heap.h"
 #include "heap/user.h"
 #include "numa/next_touch.h"
+#include "source/ksm.h"
 #include "os/os.h"
 #include "config/options.h"
 #include "config/trace.h"
@@ -78,6 +79,13 @@ size_t large_region_bytes(const heap_t *h, size_t size, size_t align) {
 static void *large_alloc_in(heap_t *h, source_t *src, size_t total, bool huge, size_t off, size_t slack,
                             size_t room, size_t size, size_t align, bool zero);
 
+/* LOCUS_KSM=auto: a live block of a system source enters the sampler's
+ * watch, and the sampler gets its tick (source/ksm.c). */
+static void large_ksm_watch(large_t *l) {
+  ksm_watch(&l->r);
+  ksm_tick(os_clock_coarse_ns());
+}
+
 void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
   if (align > PTRDIFF_MAX / 4) {      /* no address space has room for it */
     errno = ENOMEM;
@@ -141,6 +149,7 @@ static void *large_alloc_in(heap_t *h, source_t *src, size_t total, bool huge, s
   atomic_fetch_add_explicit(&h->st_large_bytes, total, memory_order_relaxed);
   heap_stat_add(&h->st_large_allocs, 1);
   if (h->place == PLACE_USER) uheap_large_link(h, l);
+  else if (unlikely(ksm_auto())) large_ksm_watch(l);
   char *p = base + off;
   if (zero && (r->flags & REGION_USER)) {
     memset(p, 0, size);                /* the user's pages are never dropped (a shared mapping keeps its data) */
@@ -224,6 +233,7 @@ void large_free(large_t *l) {
   }
   if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);
   if (l->r.heap->place == PLACE_USER) uheap_large_unlink(l);
+  if (unlikely(l->r.flags & REGION_KSM_WATCH)) ksm_unwatch(&l->r);   /* the sampler is not reading it */
   l->magic = 0;
   atomic_fetch_sub_explicit(&l->r.heap->st_large_bytes, l->r.size, memory_order_relaxed);
   registry_remove(&l->r);
@@ -272,6 +282,7 @@ static void *large_grow_cached(large_t *l, void *p, size_t size, size_t total) {
   }
   atomic_fetch_add_explicit(&n->r.heap->st_large_bytes, n->r.size, memory_order_relaxed);
   if (n->r.heap->place == PLACE_USER) uheap_large_link(n->r.heap, n);
+  else if (unlikely(ksm_auto())) large_ksm_watch(n);
   memcpy((char *)n + off, p, large_usable(l));   /* the caller may use all usable bytes */
   large_free(l);
   return (char *)n + off;
@@ -303,8 +314,27 @@ static void *large_remap(large_t *l, size_t size, size_t total) {
   return (char *)n + off;
 }
 
-/* realloc of a large block: in place when the new size fits, else large_move. */
+static void *large_realloc_in(large_t *l, void *p, size_t size);
+
+static void *large_realloc_in(large_t *l, void *p, size_t size);
+
+/* realloc of a large block: in place when the new size fits, else large_move.
+ * LOCUS_KSM=auto: a watched block leaves the sampler's table while it is
+ * resized (the sampler may change its flags and mapping number, which a
+ * resize reads; mremap may move it) and comes back at its new place,
+ * sampled anew (an advice given stays with the kernel's mapping). */
 void *large_realloc(large_t *l, void *p, size_t size) {
+  if (likely(!(l->r.flags & REGION_KSM_WATCH))) return large_realloc_in(l, p, size);
+  size_t off = l->user_off;
+  ksm_unwatch(&l->r);
+  void *q = large_realloc_in(l, p, size);
+  /* a block copied elsewhere was watched on its way (large_grow_cached) */
+  large_t *n = (large_t *)((char *)(q ? q : p) - off);
+  if (!(n->r.flags & REGION_KSM_WATCH)) ksm_watch(&n->r);
+  return q;
+}
+
+static void *large_realloc_in(large_t *l, void *p, size_t size) {
   if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);
   size_t off = l->user_off;
   if (size > PTRDIFF_MAX - off - PAGE_SIZE - SLICE_SIZE) {
@@ -323,7 +353,17 @@ void *large_realloc(large_t *l, void *p, size_t size) {
   return large_remap(l, size, total);
 }
 
+static void *large_resize_in_place_in(large_t *l, void *p, size_t size);
+
 void *large_resize_in_place(large_t *l, void *p, size_t size) {
+  if (likely(!(l->r.flags & REGION_KSM_WATCH))) return large_resize_in_place_in(l, p, size);
+  ksm_unwatch(&l->r);                  /* as for large_realloc: out of the table while it grows */
+  void *q = large_resize_in_place_in(l, p, size);
+  ksm_watch(&l->r);
+  return q;
+}
+
+static void *large_resize_in_place_in(large_t *l, void *p, size_t size) {
   size_t off = l->user_off;
   if (size > PTRDIFF_MAX - off - PAGE_SIZE - SLICE_SIZE) return NULL;
   size_t total = region_bytes(off, size);

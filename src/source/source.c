@@ -199,6 +199,8 @@ static uint32_t new_map_id(void) {
   return atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) + 1;
 }
 
+uint32_t source_new_map_id(void) { return new_map_id(); }
+
 static region_t *region_init(source_t *s, void *base, size_t size, bool zeroed, uint32_t map, bool huge, bool merge) {
   region_t *r = base;
   /* Huge only while it starts on a huge-page boundary (mremap may move it off one). */
@@ -404,7 +406,9 @@ void source_free(region_t *r) {
   /* Pages moved away from a placed source's node (next-touch) must not be
    * handed out again as that node's memory. */
   bool misplaced = (r->flags & REGION_MISPLACED) && s->node != SOURCE_GENERIC;
-  if (misplaced || size > atomic_load_explicit(&locus_opt.cache_max_segment, memory_order_relaxed) ||
+  /* LOCUS_KSM=auto advised this block for what it held: the next block of
+   * the segment is another array (unmapped, no unmerge copying its pages). */
+  if (misplaced || (r->flags & REGION_KSM_AUTO) || size > atomic_load_explicit(&locus_opt.cache_max_segment, memory_order_relaxed) ||
       size > bound) {
     os_unmap(p, size);
     return;
@@ -456,7 +460,7 @@ bool sources_overlap(uintptr_t base, size_t size) {
 
 void source_advise_merge(region_t *r, bool chunk) {
   ksm_opt_t k = atomic_load_explicit(&locus_opt.ksm, memory_order_relaxed);
-  if (likely(k == KSM_OPT_OFF) || (chunk && k != KSM_OPT_ALL) ||
+  if (likely(k == KSM_OPT_OFF) || k == KSM_OPT_AUTO || (chunk && k != KSM_OPT_ALL) ||
       (r->flags & (REGION_MERGEABLE | REGION_USER | REGION_FILE)))
     return;
   if (os_merge(r, r->size, true) == 0) r->flags |= REGION_MERGEABLE;

@@ -123,6 +123,9 @@ bool usrc_extend(region_t *r, size_t new_size);
 /* LOCUS_KSM: advises r's pages for same-page merging when the option asks
  * for its kind and it is not yet (REGION_MERGEABLE, kept while cached). */
 void source_advise_merge(region_t *r, bool chunk);
+/* A new kernel-mapping number for a region whose mapping was split (advice
+ * on it alone, source/ksm.c): cached pieces of its old mapping never join it. */
+uint32_t source_new_map_id(void);
 /* A region of a system source straight back to the OS (a destroyed user
  * heap's memory: RSS drops at once, whatever the profile keeps). */
 void source_free_to_os(region_t *r);

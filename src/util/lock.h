@@ -53,6 +53,7 @@ typedef enum {
   LOCK_RANK_USER_HEAP = 45,            /* a user heap's lock: growth, new sub-heaps, drop (heap/user.c) */
   LOCK_RANK_HEAP = 50,
   LOCK_RANK_SOURCE = 60,
+  LOCK_RANK_KSM = 62,                  /* LOCUS_KSM=auto's watched blocks (source/ksm.c): a leaf */
   LOCK_RANK_USER_SOURCE = 65,          /* a user heap's memory (source/user.c) */
   LOCK_RANK_REGISTRY_SPARE = 70,
   LOCK_RANK_OPTIONS_FILE = 80,

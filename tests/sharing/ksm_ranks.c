@@ -33,6 +33,28 @@
  * is merged. Exit 0 when the data checked out and the expectation held. The
  * LOCUS_KSM setting is the environment's (the ranks inherit it).
  *
+ * --churn-mib M (0): each rank also holds a work array of M MiB that every
+ * step rewrites whole, with contents that are the same in every rank (64
+ * distinct pages per step): what KSM can merge between two steps, only for
+ * the next step's writes to copy again. It is freed when the steps end (the
+ * hold then holds the table and the mesh only). This is what LOCUS_KSM=auto
+ * should leave alone and large/all advise (docs/sharing.md).
+ *
+ * --bind N0,N1,...: rank r runs on the CPUs of node Nr (sched_setaffinity
+ * before it allocates); at the check each rank reports where the pages of
+ * its table are (move_pages): on its node or another. With KSM's
+ * merge_across_nodes 1 a merged page serves the ranks of every node.
+ *
+ * --expect-local: fail unless, in every run, KSM merged pages and every
+ * rank's table pages are on the rank's node (with --bind and
+ * merge_across_nodes 0). --expect-table F: fail unless, in every run, the
+ * merged pages (sum of ksm_merging_pages) reach F x the ranks' table pages
+ * (LOCUS_KSM=auto: the table is what stays unchanged during the steps).
+ *
+ * The parent also reports ksmd's CPU time (its /proc/PID/stat) over the
+ * steps and over the whole run, and each rank's LOCUS_KSM=auto figures
+ * (locus_stats_json: pages hashed, blocks advised).
+ *
  * Output: "sample t=... phase=... merging=... rss_mib=... pss_mib=..." lines
  * and one "RESULT ksm_ranks ..." line. */
 #define _GNU_SOURCE
@@ -44,10 +66,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "locus.h"
 
 #define PAGE 4096ul
 #define RUN 64ul                  /* pages per run of the mesh */
@@ -81,18 +107,72 @@ static inline double unique0(int rank, size_t cell) { return (double)rank * 1e7 
 static inline size_t gather(size_t cell, long step, size_t n) {
   return (cell * 40503u + (size_t)step * 7919u) % n;
 }
+/* The work array's word j of page p at step s (-1: at load). */
+static inline double churn_val(size_t p, size_t j, long s) { return (double)(p % 64) * 1e3 + (double)j + (double)s * 1e6; }
 static inline unsigned char rec_byte(size_t k, size_t j) { return (unsigned char)((k % REC_KINDS) * 3 + j); }
 
 typedef struct {
   int rank, ok;
   double init_s, step_s, cpu_s;
   double checksum;
+  long tab_local, tab_remote, tab_other;   /* pages of the table on the rank's node, another, unknown */
+  long hashed, advices, withdrawals;      /* LOCUS_KSM=auto's figures */
   char why[80];
 } report_t;
+
+static int bind_of[MAXR];      /* --bind: rank r's node, -1 none */
+static size_t churn_bytes;
+
+/* Runs the calling process on the CPUs of node n (sysfs cpulist). */
+static void bind_node(int n) {
+  char path[96], buf[512];
+  snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", n);
+  FILE *f = fopen(path, "r");
+  if (!f || !fgets(buf, sizeof buf, f)) die("node cpulist");
+  fclose(f);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (char *s = buf; *s && *s != '\n';) {
+    long a = strtol(s, &s, 10), b = a;
+    if (*s == '-') b = strtol(s + 1, &s, 10);
+    for (long c = a; c <= b; c++) CPU_SET(c, &set);
+    if (*s == ',') s++;
+  }
+  if (sched_setaffinity(0, sizeof set, &set)) die("sched_setaffinity");
+}
+
+/* Where the pages of [p, p + len) are: on node `node`, another, unknown. */
+static void where(const void *p, size_t len, int node, long *local, long *remote, long *other) {
+  size_t n = len / PAGE;
+  void **pages = malloc(n * sizeof *pages);
+  int *st = malloc(n * sizeof *st);
+  if (!pages || !st) die("malloc");
+  uintptr_t a = ((uintptr_t)p + PAGE - 1) & ~(PAGE - 1);
+  size_t k = 0;
+  for (; k < n && a + PAGE <= (uintptr_t)p + len; k++, a += PAGE) pages[k] = (void *)a;
+  if (syscall(SYS_move_pages, 0, (unsigned long)k, pages, NULL, st, 0)) {
+    *other += (long)k;
+  } else {
+    for (size_t i = 0; i < k; i++) {
+      if (st[i] < 0) (*other)++;
+      else if (st[i] == node) (*local)++;
+      else (*remote)++;
+    }
+  }
+  free(pages);
+  free(st);
+}
+
+/* A number after "key": in a JSON text, or -1. */
+static long json_num(const char *j, const char *key) {
+  const char *s = strstr(j, key);
+  return s ? atol(s + strlen(key)) : -1;
+}
 
 /* ---------------------------------------------------------------- a rank */
 static int rank_main(int rank, int rfd, int gfd, size_t tbytes, size_t mbytes, size_t sbytes, long steps) {
   report_t rep = {.rank = rank, .ok = 1};
+  if (bind_of[rank] >= 0) bind_node(bind_of[rank]);
   double t0 = now();
   size_t nt = tbytes / 8, nm = mbytes / 8, pages = mbytes / PAGE, ns = sbytes / 256;
   double *table = malloc(tbytes), *mesh = malloc(mbytes);
@@ -109,6 +189,11 @@ static int rank_main(int rank, int rfd, int gfd, size_t tbytes, size_t mbytes, s
     if (!(recs[k] = malloc(REC))) die("malloc");
     for (size_t j = 0; j < REC; j++) recs[k][j] = rec_byte(k, j);
   }
+  size_t cpages = churn_bytes / PAGE;
+  double *churn = cpages ? malloc(churn_bytes) : NULL;
+  if (cpages && !churn) die("malloc");
+  for (size_t p = 0; p < cpages; p++)
+    for (size_t j = 0; j < PAGE / 8; j++) churn[p * (PAGE / 8) + j] = churn_val(p, j, -1);
   rep.init_s = now() - t0;
   char c = 'r';
   if (write(rfd, &c, 1) != 1 || read(gfd, &c, 1) != 1) die("pipe");
@@ -123,8 +208,15 @@ static int rank_main(int rank, int rfd, int gfd, size_t tbytes, size_t mbytes, s
         for (size_t j = 0; j < PAGE / 8; j += 8) acc += m[j];
     }
     for (size_t k = 0; k < ns; k++) acc += recs[k][k % REC];
+    for (size_t p = 0; p < cpages; p++)
+      for (size_t j = 0; j < PAGE / 8; j++) churn[p * (PAGE / 8) + j] = churn_val(p, j, s);
   }
   rep.step_s = now() - t1;
+  for (size_t p = 0; p < cpages && rep.ok; p++)
+    for (size_t j = 0; j < PAGE / 8; j += 61)
+      if (churn[p * (PAGE / 8) + j] != churn_val(p, j, steps - 1))
+        rep.ok = 0, snprintf(rep.why, sizeof rep.why, "work array page %zu", p);
+  free(churn);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   rep.cpu_s = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
@@ -166,6 +258,18 @@ static int rank_main(int rank, int rfd, int gfd, size_t tbytes, size_t mbytes, s
   if (rep.ok && (acc - expect_acc > 1e-6 * (expect_acc + 1) || expect_acc - acc > 1e-6 * (expect_acc + 1)))
     rep.ok = 0, snprintf(rep.why, sizeof rep.why, "reads: %g, expected %g", acc, expect_acc);
   rep.checksum = sum;
+  int node = bind_of[rank];
+  if (node < 0) {
+    unsigned cpu, nd;
+    node = syscall(SYS_getcpu, &cpu, &nd, NULL) ? -1 : (int)nd;
+  }
+  where(table, tbytes, node, &rep.tab_local, &rep.tab_remote, &rep.tab_other);
+  static char json[65536];
+  if (locus_stats_json(json, sizeof json) > 0) {
+    rep.hashed = json_num(json, "\"pages_hashed\":");
+    rep.advices = json_num(json, "\"advices\":");
+    rep.withdrawals = json_num(json, "\"withdrawals\":");
+  }
   if (write(rfd, &rep, sizeof rep) != (ssize_t)sizeof rep) die("write");
   for (size_t k = 0; k < ns; k++) free(recs[k]);
   free(recs);
@@ -188,6 +292,32 @@ static long field_of(const char *path, const char *name) {
   for (char *s = buf; (s = strstr(s, name)); s += l)
     if ((s == buf || s[-1] == '\n') && (s[l] == ' ' || s[l] == ':' || s[l] == '\t')) return atol(s + l + 1);
   return -1;
+}
+
+/* ksmd's CPU time (user + system) in seconds, or -1 when there is no ksmd. */
+static double ksmd_cpu(void) {
+  static int pid = -1;
+  char path[64], buf[512];
+  if (pid < 0) {
+    for (int p = 1; p < 4096 && pid < 0; p++) {
+      snprintf(path, sizeof path, "/proc/%d/comm", p);
+      FILE *f = fopen(path, "r");
+      if (!f) continue;
+      if (fgets(buf, sizeof buf, f) && !strcmp(buf, "ksmd\n")) pid = p;
+      fclose(f);
+    }
+    if (pid < 0) return -1;
+  }
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *s = strrchr(buf, ')');
+  unsigned long ut = 0, st = 0;
+  if (!s || sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2) return -1;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 typedef struct { long merging, rss_kb, pss_kb, huge_kb, sharing, shared, unshared, volatile_, scans; } sample_t;
@@ -241,7 +371,9 @@ typedef struct {
 typedef struct {
   int ok;
   double load_s, steps_s, run_s, cpu_s, held_s, t90, checksum;
-  long merging;
+  long merging, merging_steps, pss_steps_kb;
+  double ksmd_steps_s, ksmd_s;
+  long tab_local, tab_remote, tab_other, hashed, advices, withdrawals;
   sample_t loaded, last;
 } run_t;
 
@@ -259,7 +391,7 @@ static run_t run_once(const cfg_t *g, const char *mode, int rep) {
   if (sl <= 0) die("readlink /proc/self/exe");
   self[sl] = 0;
   fflush(stdout);
-  double t0 = now();
+  double t0 = now(), k0 = ksmd_cpu(), k_steps = -1;
   for (int r = 0; r < ranks; r++) {
     if (pipe(gp[r])) die("pipe");
     fcntl(gp[r][1], F_SETFD, FD_CLOEXEC);   /* a rank sees EOF when the parent dies */
@@ -297,7 +429,12 @@ static run_t run_once(const cfg_t *g, const char *mode, int rep) {
     double d = next - now();
     struct pollfd pf = {rp[0], POLLIN, 0};
     if (done < ranks && d > 0 && poll(&pf, 1, (int)(d * 1000) + 1) == 1) {
-      if (read(rp[0], &c, 1) == 1 && ++done == ranks) t_done = now();
+      if (read(rp[0], &c, 1) == 1 && ++done == ranks) {
+        t_done = now();
+        k_steps = ksmd_cpu();
+        sample_t e = sample(pid, ranks);
+        R.merging_steps = e.merging, R.pss_steps_kb = e.pss_kb;
+      }
       continue;
     }
     if (d > 0) sleep_until(next);
@@ -312,6 +449,9 @@ static run_t run_once(const cfg_t *g, const char *mode, int rep) {
     if (g->hold >= 0 ? t - t_done >= g->hold : t - last_growth >= g->settle || t - t_done >= g->hold_max) break;
   }
   R.held_s = now() - t_ready;
+  double k1 = ksmd_cpu();
+  R.ksmd_steps_s = k0 >= 0 && k_steps >= 0 ? k_steps - k0 : -1;
+  R.ksmd_s = k0 >= 0 && k1 >= 0 ? k1 - k0 : -1;
   R.t90 = -1;
   for (int i = 0; i < ns && best > 0; i++)
     if (ms[i] >= 0.9 * best) { R.t90 = ts[i]; break; }
@@ -336,6 +476,12 @@ static run_t run_once(const cfg_t *g, const char *mode, int rep) {
       R.ok = 0;
     }
     R.cpu_s += rep_[r].cpu_s, R.checksum += rep_[r].checksum;
+    R.tab_local += rep_[r].tab_local, R.tab_remote += rep_[r].tab_remote, R.tab_other += rep_[r].tab_other;
+    R.hashed += rep_[r].hashed, R.advices += rep_[r].advices, R.withdrawals += rep_[r].withdrawals;
+    if (!g->quiet || bind_of[0] >= 0)
+      printf("rank %d: node %d, table pages on it %ld, on another node %ld, unknown %ld; ksm auto: %ld pages hashed, "
+             "%ld advices, %ld withdrawals\n", r, bind_of[r], rep_[r].tab_local, rep_[r].tab_remote, rep_[r].tab_other,
+             rep_[r].hashed, rep_[r].advices, rep_[r].withdrawals);
     if (rep_[r].step_s > R.steps_s) R.steps_s = rep_[r].step_s;
   }
   R.load_s = t_ready - t0;
@@ -344,10 +490,13 @@ static run_t run_once(const cfg_t *g, const char *mode, int rep) {
   R.last = s;
   printf("RESULT ksm_ranks ksm=%s rep=%d check=%s load_s=%.3f steps_s=%.3f run_s=%.3f rank_cpu_s=%.3f merging=%ld "
          "merged_frac=%.3f pages_sharing=%ld pages_shared=%ld rss_loaded_mib=%.1f pss_loaded_mib=%.1f rss_mib=%.1f "
-         "pss_mib=%.1f held_s=%.1f t90_s=%.1f checksum=%.6e\n",
+         "pss_mib=%.1f held_s=%.1f t90_s=%.1f merging_steps_end=%ld pss_steps_end_mib=%.1f ksmd_cpu_steps_s=%.2f "
+         "ksmd_cpu_s=%.2f table_local=%ld table_remote=%ld auto_hashed=%ld auto_advices=%ld auto_withdrawals=%ld "
+         "checksum=%.6e\n",
          mode, rep, R.ok ? "ok" : "fail", R.load_s, R.steps_s, R.run_s, R.cpu_s, best, g->dup ? (double)best / g->dup : 0.0,
          s.sharing, s.shared, R.loaded.rss_kb / 1024.0, R.loaded.pss_kb / 1024.0, s.rss_kb / 1024.0, s.pss_kb / 1024.0,
-         R.held_s, R.t90, R.checksum);
+         R.held_s, R.t90, R.merging_steps, R.pss_steps_kb / 1024.0, R.ksmd_steps_s, R.ksmd_s, R.tab_local,
+         R.tab_remote, R.hashed, R.advices, R.withdrawals, R.checksum);
   fflush(stdout);
   return R;
 }
@@ -364,7 +513,7 @@ static double median(double *v, int n) {
 static int usage(void) {
   fprintf(stderr, "usage: ksm_ranks [--modes off,large,all] [--repeat R] [--ranks N] [--table-mib M] [--mesh-mib M] "
                   "[--small-mib M] [--steps S] [--sample SEC] [--settle SEC] [--hold-max SEC] [--hold SEC] "
-                  "[--expect-merge F] [--quiet]\n");
+                  "[--expect-merge F] [--expect-local] [--expect-table F] [--churn-mib M] [--bind N0,N1,...] [--quiet]\n");
   return 2;
 }
 
@@ -373,11 +522,21 @@ static int usage(void) {
 
 int main(int argc, char **argv) {
   cfg_t g = {.ranks = 4, .steps = 6, .period = 0.5, .settle = 2, .hold_max = 60, .hold = -1};
-  double tmib = 32, mmib = 32, smib = 4, expect = -1;
+  double tmib = 32, mmib = 32, smib = 4, expect = -1, expect_table = -1;
+  int expect_local = 0;
   int repeat = 1, nm = 0;
   char modes_buf[128] = "";
   const char *mode[MAXM];
   const char *env = getenv("LOCUS_KSM");
+  for (int r = 0; r < MAXR; r++) bind_of[r] = -1;
+  /* the parent passes these to the ranks in the environment */
+  const char *cb = getenv("KSM_RANKS_CHURN"), *bd = getenv("KSM_RANKS_BIND");
+  if (cb) churn_bytes = strtoull(cb, NULL, 10);
+  for (int r = 0; bd && *bd && r < MAXR; r++) {
+    char *e;
+    bind_of[r] = (int)strtol(bd, &e, 10);
+    bd = *e == ',' ? e + 1 : e;
+  }
   snprintf(modes_buf, sizeof modes_buf, "%s", env && *env ? env : "off");
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -385,6 +544,7 @@ int main(int argc, char **argv) {
       return rank_main(atoi(argv[i + 1]), atoi(argv[i + 2]), atoi(argv[i + 3]), strtoull(argv[i + 4], 0, 10),
                        strtoull(argv[i + 5], 0, 10), strtoull(argv[i + 6], 0, 10), atol(argv[i + 7]));
     if (!strcmp(a, "--quiet")) { g.quiet = 1; continue; }
+    if (!strcmp(a, "--expect-local")) { expect_local = 1; continue; }
     if (!v) return usage();
     if (!strcmp(a, "--ranks")) g.ranks = atoi(v);
     else if (!strcmp(a, "--modes")) snprintf(modes_buf, sizeof modes_buf, "%s", v);
@@ -398,11 +558,26 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--hold-max")) g.hold_max = atof(v);
     else if (!strcmp(a, "--hold")) g.hold = atof(v);
     else if (!strcmp(a, "--expect-merge")) expect = atof(v);
+    else if (!strcmp(a, "--expect-table")) expect_table = atof(v);
+    else if (!strcmp(a, "--churn-mib")) {
+      char b[32];
+      snprintf(b, sizeof b, "%zu", (size_t)(atof(v) * 1048576) / PAGE * PAGE);
+      setenv("KSM_RANKS_CHURN", b, 1);
+      churn_bytes = strtoull(b, NULL, 10);
+    } else if (!strcmp(a, "--bind")) {
+      setenv("KSM_RANKS_BIND", v, 1);
+      const char *bd2 = v;
+      for (int r = 0; *bd2 && r < MAXR; r++) {
+        char *e;
+        bind_of[r] = (int)strtol(bd2, &e, 10);
+        bd2 = *e == ',' ? e + 1 : e;
+      }
+    }
     else return usage();
     i++;
   }
   for (char *sv = NULL, *t = strtok_r(modes_buf, ",", &sv); t && nm < MAXM; t = strtok_r(NULL, ",", &sv)) {
-    if (strcmp(t, "off") && strcmp(t, "large") && strcmp(t, "all")) return usage();
+    if (strcmp(t, "off") && strcmp(t, "large") && strcmp(t, "all") && strcmp(t, "auto")) return usage();
     mode[nm++] = t;
   }
   g.tbytes = (size_t)(tmib * 1048576) / PAGE * PAGE;
@@ -433,22 +608,27 @@ int main(int argc, char **argv) {
   double base_run = 0, base_pss = 0;
   int expect_ok = 1;
   printf("summary (medians of %d run(s)): mode, run_s, overhead vs %s, steps_s, load_s, rank_cpu_s, merged pages, "
-         "pages_sharing, sum Rss MiB, sum Pss MiB, saving vs %s MiB (%% of predicted), t90_s\n", repeat, mode[0], mode[0]);
+         "pages_sharing, sum Rss MiB, sum Pss MiB, saving vs %s MiB (%% of predicted), t90_s, "
+         "merged at the steps' end, ksmd CPU s over the steps, ksmd CPU s in all, auto pages hashed\n", repeat, mode[0], mode[0]);
   for (int m = 0; m < nm; m++) {
-    double v[11][MAXREP];
+    double v[13][MAXREP];
     for (int r = 0; r < repeat; r++) {
       run_t *x = &res[m][r];
       v[0][r] = x->run_s, v[1][r] = x->steps_s, v[2][r] = x->load_s, v[3][r] = x->cpu_s;
       v[4][r] = (double)x->merging, v[5][r] = (double)x->last.sharing, v[6][r] = x->last.rss_kb / 1024.0;
       v[7][r] = x->last.pss_kb / 1024.0, v[8][r] = x->t90;
+      v[9][r] = (double)x->merging_steps, v[10][r] = x->ksmd_steps_s;
+      v[11][r] = x->ksmd_s, v[12][r] = (double)x->hashed;
     }
     double run = median(v[0], repeat), st = median(v[1], repeat), ld = median(v[2], repeat), cpu = median(v[3], repeat);
     double mg = median(v[4], repeat), sh = median(v[5], repeat), rss = median(v[6], repeat), pss = median(v[7], repeat);
     double t90 = median(v[8], repeat);
     if (m == 0) base_run = run, base_pss = pss;
     double saving = base_pss - pss, pred = g.save * 4096.0 / 1048576;
-    printf("summary %-5s %7.2f %+6.1f%% %7.2f %6.2f %7.2f %7.0f %7.0f %7.1f %7.1f %7.1f (%5.1f%%) %5.1f\n", mode[m], run,
-           100 * (run / base_run - 1), st, ld, cpu, mg, sh, rss, pss, saving, 100 * saving / pred, t90);
+    printf("summary %-5s %7.2f %+6.1f%% %7.2f %6.2f %7.2f %7.0f %7.0f %7.1f %7.1f %7.1f (%5.1f%%) %5.1f %7.0f %6.2f %6.2f "
+           "%7.0f\n", mode[m], run, 100 * (run / base_run - 1), st, ld, cpu, mg, sh, rss, pss, saving,
+           100 * saving / pred, t90, median(v[9], repeat), median(v[10], repeat), median(v[11], repeat),
+           median(v[12], repeat));
     if (expect > 0) {
       /* The baseline merges nothing; every other mode saves at least
        * expect x the prediction (sum of Pss against the baseline's) with
@@ -467,6 +647,24 @@ int main(int argc, char **argv) {
       }
     }
   }
+  for (int m = 0; m < nm; m++)
+    for (int r = 0; r < repeat; r++) {
+      run_t *x = &res[m][r];
+      if (expect_local) {
+        int good = x->merging > 0 && x->tab_remote == 0 && x->tab_local > 0;
+        printf("ksm_ranks: %s: LOCUS_KSM=%s run %d: %ld pages merged; table pages on the rank's node %ld, on another "
+               "%ld; expected all on the rank's node\n", good ? "ok" : "FAIL", mode[m], r + 1, x->merging, x->tab_local,
+               x->tab_remote);
+        expect_ok &= good;
+      }
+      if (expect_table > 0) {
+        double want = expect_table * (double)ranks * (double)tp;
+        int good = x->merging >= want;
+        printf("ksm_ranks: %s: LOCUS_KSM=%s run %d: %ld pages merged, expected at least %.0f (%.2f x the ranks' "
+               "table pages)\n", good ? "ok" : "FAIL", mode[m], r + 1, x->merging, want, expect_table);
+        expect_ok &= good;
+      }
+    }
   printf("ksm_ranks: %s\n", ok && expect_ok ? "PASS" : !ok ? "FAIL (data)" : "FAIL (merging)");
   return ok && expect_ok ? 0 : 1;
 }
