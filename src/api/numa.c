@@ -79,7 +79,7 @@ LOCUS_EXPORT int locus_next_touch(void *p, size_t len) {
   size_t page = os_page_size();
   a &= ~(uintptr_t)(page - 1);         /* whole pages: they belong to this block only */
   b = align_up(b, page);
-  if (r->flags & REGION_KSM_WATCH) ksm_unwatch(r);   /* LOCUS_KSM=auto's sampler must not touch it */
+  if (r->flags & (REGION_KSM_WATCH | REGION_KSM_AUTO)) ksm_disown(r);   /* out of LOCUS_KSM=auto's hands */
   return next_touch_range(r, a, b);
 }
 

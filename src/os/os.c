@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -14,6 +15,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -522,6 +524,39 @@ int os_tid_cpu(long tid) {
   for (; *q && field < 39; q++)
     if (*q == ' ') field++;
   return field == 39 ? atoi(q) : -1;
+}
+
+/* Field 20 of /proc/self/stat: the threads of the process still running
+ * (a main thread gone through pthread_exit is not counted); -1 unknown. */
+int os_threads_live(void) {
+  char buf[1024];
+  if (os_read_file("/proc/self/stat", buf, sizeof buf) <= 0) return -1;
+  char *q = strrchr(buf, ')');           /* after the command name, which may hold blanks */
+  if (!q) return -1;
+  int field = 2;
+  for (; *q && field < 20; q++)
+    if (*q == ' ') field++;
+  return field == 20 ? atoi(q) : -1;
+}
+
+static atomic_int internal_threads;
+void os_internal_thread(int delta) { atomic_fetch_add(&internal_threads, delta); }
+int os_internal_threads(void) { return atomic_load(&internal_threads); }
+
+bool os_page_resident(const void *p) {
+  unsigned char v = 0;
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)(os_page_size() - 1);
+  return mincore((void *)a, os_page_size(), &v) == 0 && (v & 1);
+}
+
+/* process_vm_readv on the process itself: a page that cannot be read (not
+ * mapped, PROT_NONE, execute-only) fails with EFAULT instead of a signal. */
+bool os_read_self(void *dst, const void *src, size_t len) {
+  struct iovec l = {dst, len}, r = {(void *)src, len};
+  int saved = errno;
+  bool ok = syscall(SYS_process_vm_readv, getpid(), &l, 1UL, &r, 1UL, 0UL) == (long)len;
+  errno = saved;
+  return ok;
 }
 
 uint64_t os_random(void) {

@@ -179,6 +179,16 @@ void *os_reserve(size_t len);                            /* PROT_NONE address sp
 bool os_move_aside(void *p, size_t len, void *dst);
 void os_release(void *p, size_t len);                    /* munmap, not counted as returned memory */
 int os_tid_cpu(long tid);                                /* the CPU a thread of this process last ran on */
+/* The process's running threads (/proc/self/stat), -1 unknown; locus's own
+ * threads (sampler, next-touch) count themselves in os_internal_thread. */
+int os_threads_live(void);
+void os_internal_thread(int delta);
+int os_internal_threads(void);
+/* Whether the page holding p is resident (mincore). */
+bool os_page_resident(const void *p);
+/* Copies len bytes of this process's memory without faulting: false (no
+ * signal) when a page is unmapped or not readable. */
+bool os_read_self(void *dst, const void *src, size_t len);
 
 /* ---- processes, threads, files ------------------------------------------ */
 uint64_t os_random(void);

@@ -5,9 +5,14 @@
  * The watch is a table of live large blocks under one lock. The sampler
  * holds the lock while it reads a block's pages, and a block leaves the
  * table under the same lock before it is freed, moved (mremap) or handed to
- * next-touch: the sampler never reads memory that is gone or protected.
- * It reads with relaxed atomic loads (the owner may be writing: a torn read
- * only makes a hash differ, which counts as a change).
+ * next-touch. The program may still have made a page unreadable (mprotect,
+ * an execute-only or pkey-protected page, MADV_DONTFORK in a child) or left
+ * it to a userfaultfd handler: the sampler reads only resident pages
+ * (mincore; a page never touched counts as zero, and is not faulted in) and
+ * copies them with process_vm_readv, which fails instead of raising a
+ * signal (a page that cannot be read counts as changed: never advised). A
+ * torn read of a page the owner is writing only makes a hash differ, which
+ * counts as a change.
  *
  * Each block is sampled at fixed pages (KSM_AUTO_SAMPLES spread evenly over
  * it, past its header page), so that two samples compare the same pages;
@@ -17,6 +22,8 @@
 #include "source/ksm.h"
 
 #include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/options.h"
@@ -68,8 +75,13 @@ static inline void drop(atomic_size_t *c, size_t n) { atomic_fetch_sub_explicit(
  * otherwise) and ticks. It never allocates and holds no lock while asleep. */
 static void *sampler_main(void *arg) {
   (void)arg;
+  os_internal_thread(1);
   for (;;) {
     os_sleep_ns(atomic_load_explicit(&K.watched, memory_order_relaxed) ? KSM_AUTO_TICK_NS : 10 * KSM_AUTO_TICK_NS);
+    /* The program's last thread ended with pthread_exit: the process ends,
+     * as POSIX says, rather than live on in locus's threads. */
+    int live = os_threads_live();
+    if (live > 0 && live <= os_internal_threads()) exit(0);
     ksm_tick(os_clock_coarse_ns());
   }
   return NULL;
@@ -83,7 +95,13 @@ static void sampler_start(void) {
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&attr, 64 * 1024);
+  /* Created with every signal blocked: the program's signals (SIGCHLD,
+   * a sigwait-ed SIGTERM, handlers with large frames) go to its own threads. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
   int err = pthread_create(&t, &attr, sampler_main, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
   if (err) {
     atomic_store(&sampler_state, 2);
@@ -131,6 +149,15 @@ void ksm_unwatch(region_t *r) {
   lock_release(&K.lock);
 }
 
+void ksm_disown(region_t *r) {
+  ksm_unwatch(r);
+  if (!(r->flags & REGION_KSM_AUTO)) return;   /* the program's own advice (locus_merge) stays */
+  os_merge(r, r->size, false);
+  r->map = source_new_map_id();
+  r->flags &= (uint8_t)~(REGION_MERGEABLE | REGION_KSM_AUTO);
+  bump(&K.withdrawals, 1);
+}
+
 ksm_verdict_t ksm_judge(ksm_track_t *t, bool changed, bool zero, bool advised) {
   if (!t->nsamp) {                     /* the first sample: nothing to compare with */
     t->nsamp = 1;
@@ -166,7 +193,7 @@ static size_t sample_pages(const region_t *r, size_t page, size_t *n_out) {
 static uint64_t page_hash(const uint64_t *p, size_t words, bool *zero) {
   uint64_t h = 0xcbf29ce484222325ull, any = 0;
   for (size_t i = 0; i < words; i++) {
-    uint64_t x = __atomic_load_n(&p[i], __ATOMIC_RELAXED);
+    uint64_t x = p[i];
     any |= x;
     h = (h ^ x) * 0x100000001b3ull;
     h ^= h >> 31;
@@ -174,6 +201,10 @@ static uint64_t page_hash(const uint64_t *p, size_t words, bool *zero) {
   *zero = !any;
   return h;
 }
+
+/* The sampled page's copy (under the lock), sized for the largest page. */
+static uint64_t copy[65536 / sizeof(uint64_t)];
+static uint64_t unreadable;
 
 /* Caller holds the lock: one sample of w (k pages hashed) and its verdict. */
 static void sample(watch_t *w, uint64_t now) {
@@ -188,8 +219,13 @@ static void sample(watch_t *w, uint64_t now) {
     uint64_t x = ((uintptr_t)r >> 12) * 0x9e3779b97f4a7c15ull + i * 0xbf58476d1ce4e5b9ull;
     x ^= x >> 31;
     size_t idx = 1 + lo + (span ? x % span : 0);
-    bool z;
-    uint64_t h = page_hash((const uint64_t *)((char *)r + idx * page), page / sizeof(uint64_t), &z);
+    bool z = true;
+    uint64_t h = 0;                    /* not resident: zero, as the kernel would fill it */
+    const char *src = (char *)r + idx * page;
+    if (os_page_resident(src)) {
+      if (os_read_self(copy, src, page)) h = page_hash(copy, page / sizeof(uint64_t), &z);
+      else h = ++unreadable, z = false;   /* a hash no sample repeats: a change */
+    }
     changed |= h != w->h[i];
     zero &= z;
     w->h[i] = h;

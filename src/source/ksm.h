@@ -36,12 +36,16 @@ bool ksm_auto(void);
  * shareable block) enters the watch: REGION_KSM_WATCH. No-op unless auto,
  * or when the table is full. */
 void ksm_watch(region_t *r);
-/* Before r is freed, moved or handed to next-touch: r leaves the watch
- * (waits for a sample of it in progress). With `drop`, the advice the
- * sampler gave (REGION_KSM_AUTO) is withdrawn from the region's flags so
- * that its segment is not cached with it (source_free unmaps such a
- * segment). No-op for a region not watched. */
+/* The block leaves the table (waits for a sample of it in progress);
+ * its advice, if the sampler gave one (REGION_KSM_AUTO), stays with it
+ * (realloc, in-place resize: watched again after); source_free unmaps a
+ * segment with that flag rather than cache it. No-op for a region not
+ * watched. */
 void ksm_unwatch(region_t *r);
+/* The block leaves the sampler's hands for good (locus_next_touch): out of
+ * the table, and the sampler's advice withdrawn (the program's own, from
+ * locus_merge, stays). */
+void ksm_disown(region_t *r);
 /* The sampler: runs when its tick is due (now: coarse ns); a try-lock, so a
  * thread finding another one sampling returns at once. */
 void ksm_tick(uint64_t now);
