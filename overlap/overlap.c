@@ -552,10 +552,25 @@ static way_t choose(const void *buf, span_t s, bool send, locus_overlap_span_t *
 
 typedef int (*isend_fn)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
 
+/* Arguments a send is not overlapped with: the runtime sees them as the
+ * program gave them (it returns its error code, or sends nothing to
+ * MPI_PROC_NULL), and the library reads no byte of the buffer before it
+ * has checked them (a copy of a NULL buffer would crash). */
+static int ov_tag_ub = 32767;          /* MPI_TAG_UB, read at start() */
+static bool send_unusual(int dest, int tag, MPI_Comm comm, span_t s) {
+  if (!s.ok || comm == MPI_COMM_NULL || dest == MPI_PROC_NULL || tag < 0 || tag > ov_tag_ub) return true;
+  if (s.a != s.b && s.a < ov_page) return true;   /* a NULL buffer (MPI_BOTTOM with absolute addresses is above) */
+  int inter = 0, n = 0;
+  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS) return true;
+  if ((inter ? PMPI_Comm_remote_size(comm, &n) : PMPI_Comm_size(comm, &n)) != MPI_SUCCESS) return true;
+  return dest < 0 || dest >= n;
+}
+
 /* The overlapped send: MPI_SUCCESS or an error of the non-blocking call;
  * 1 when the caller must block instead. */
 static int post_send(isend_fn isend, const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
   span_t s = span_of(buf, count, dt);
+  if (send_unusual(dest, tag, comm, s)) return 1;   /* the blocking call reports it */
   locus_overlap_span_t g;
   way_t w = choose(buf, s, true, &g);
   if (w == WAY_BLOCK) return 1;
@@ -677,7 +692,7 @@ static int blocked(void) {
 
 EXPORT int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
   if (ov_active() && !ov_self) {
-    if (direct(count, dt)) return direct_send(buf, count, dt, dest, tag, comm);
+    if (dest == MPI_PROC_NULL || direct(count, dt)) return direct_send(buf, count, dt, dest, tag, comm);
     int rc = post_send(isend_std, buf, count, dt, dest, tag, comm);
     if (rc != 1) return rc;
     int e = blocked();
@@ -688,7 +703,7 @@ EXPORT int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int t
 }
 
 EXPORT int MPI_Ssend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-  if (ov_active() && !ov_self) {
+  if (ov_active() && !ov_self && dest != MPI_PROC_NULL) {   /* MPI_PROC_NULL: nothing to send */
     int rc = post_send(isend_sync, buf, count, dt, dest, tag, comm);
     if (rc != 1) return rc;
     int e = blocked();
@@ -699,7 +714,7 @@ EXPORT int MPI_Ssend(const void *buf, int count, MPI_Datatype dt, int dest, int 
 }
 
 EXPORT int MPI_Rsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-  if (ov_active() && !ov_self) {
+  if (ov_active() && !ov_self && dest != MPI_PROC_NULL) {   /* MPI_PROC_NULL: nothing to send */
     int rc = post_send(isend_ready, buf, count, dt, dest, tag, comm);
     if (rc != 1) return rc;
     int e = blocked();
@@ -711,7 +726,7 @@ EXPORT int MPI_Rsend(const void *buf, int count, MPI_Datatype dt, int dest, int 
 
 EXPORT int MPI_Recv(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm comm, MPI_Status *status) {
   if (ov_active() && !ov_self) {
-    if (direct(count, dt)) return direct_recv(buf, count, dt, src, tag, comm, status);
+    if (src == MPI_PROC_NULL || direct(count, dt)) return direct_recv(buf, count, dt, src, tag, comm, status);
     /* The status is the program's once the call returns: only an ignored
      * one lets the receive go on after it. */
     if (status == MPI_STATUS_IGNORE) {
@@ -847,6 +862,8 @@ static void start(int provided) {
     disable("the MPI runtime does not provide MPI_THREAD_MULTIPLE: overlap disabled, blocking calls block");
     return;
   }
+  int *ub = NULL, flag = 0;
+  if (PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag && ub) ov_tag_ub = *ub;
   if (locus_overlap_hooks(ov_fault, ov_quiesce) != 0) {
     disable("cannot install the fault handler: overlap disabled");
     return;

@@ -398,6 +398,20 @@ static void c_errors(void) {
   if (rc == MPI_SUCCESS) FAIL("receive from an invalid rank succeeded");
   rc = MPI_Send(b, -1, MPI_BYTE, peer, 0, c);
   if (rc == MPI_SUCCESS) FAIL("negative count accepted");
+  /* Checked before the library reads the buffer (a copy of NULL crashed):
+   * a NULL buffer to MPI_PROC_NULL (Open MPI: MPI_ERR_BUFFER, whatever the
+   * peer), an invalid rank or tag with a bad buffer: the runtime's answer.
+   * Large enough not to go straight to the runtime as small messages do. */
+  int rc0 = MPI_Send(NULL, 100000, MPI_INT, MPI_PROC_NULL, 0, c);
+  rc = MPI_Sendrecv(NULL, 100000, MPI_INT, MPI_PROC_NULL, 0, NULL, 100000, MPI_INT, MPI_PROC_NULL, 0, c,
+                    MPI_STATUS_IGNORE);
+  if ((rc0 == MPI_SUCCESS) != (rc == MPI_SUCCESS)) FAIL("NULL buffers with MPI_PROC_NULL: %d and %d", rc0, rc);
+  rc = MPI_Ssend(NULL, 100000, MPI_INT, MPI_PROC_NULL, 0, c);
+  if ((rc0 == MPI_SUCCESS) != (rc == MPI_SUCCESS)) FAIL("NULL buffer ssend to MPI_PROC_NULL: %d and %d", rc0, rc);
+  rc = MPI_Send((void *)16, 100000, MPI_INT, size + 5, 0, c);
+  if (rc == MPI_SUCCESS) FAIL("send from a bad pointer to an invalid rank succeeded");
+  rc = MPI_Send((void *)16, 100000, MPI_INT, peer, -3, c);
+  if (rc == MPI_SUCCESS) FAIL("send from a bad pointer with a negative tag succeeded");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   rc = MPI_Send(b, 10, MPI_BYTE, peer, 0, MPI_COMM_NULL);
   if (rc == MPI_SUCCESS) FAIL("send on MPI_COMM_NULL succeeded");
