@@ -168,8 +168,15 @@ static void copy_free(void *p, size_t n) {
 /* Sets the pages of [a, b) to the intersection of the permissions of the
  * pending requests covering each of them (read-write where none does).
  * ov_lock held. The boundaries of the covering requests split [a, b). */
+static int cmp_cut(const void *x, const void *y) {
+  uintptr_t a = *(const uintptr_t *)x, b = *(const uintptr_t *)y;
+  return a < b ? -1 : a > b;
+}
+
 static void apply_prot(uintptr_t a, uintptr_t b) {
-  uintptr_t cut[2 * 64 + 2];
+  /* Room for both ends of every entry (under ov_lock, so one array): a
+   * cut left out would give a page the protection of a neighbour. */
+  static uintptr_t cut[2 * OV_MAX + 2];
   int n = 0, high = atomic_load(&ov_high);
   cut[n++] = a;
   cut[n++] = b;
@@ -178,16 +185,17 @@ static void apply_prot(uintptr_t a, uintptr_t b) {
     if (!(atomic_load(&r->gen) & 1)) continue;
     uintptr_t pa = atomic_load(&r->pa), pb = atomic_load(&r->pb);
     if (pa >= b || pb <= a || pa == pb) continue;
-    if (n + 2 > (int)(sizeof cut / sizeof *cut)) break;   /* ignored cuts: whole pieces get the intersection */
     if (pa > a) cut[n++] = pa;
     if (pb < b) cut[n++] = pb;
   }
-  for (int i = 1; i < n; i++)          /* insertion sort: few cuts */
-    for (int j = i; j > 0 && cut[j] < cut[j - 1]; j--) {
-      uintptr_t t = cut[j];
-      cut[j] = cut[j - 1];
-      cut[j - 1] = t;
-    }
+  if (n > 16) qsort(cut, (size_t)n, sizeof *cut, cmp_cut);
+  else
+    for (int i = 1; i < n; i++)        /* insertion sort: few cuts */
+      for (int j = i; j > 0 && cut[j] < cut[j - 1]; j--) {
+        uintptr_t t = cut[j];
+        cut[j] = cut[j - 1];
+        cut[j - 1] = t;
+      }
   for (int k = 0; k + 1 < n; k++) {
     uintptr_t x = cut[k], y = cut[k + 1];
     if (x >= y) continue;

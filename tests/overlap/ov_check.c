@@ -591,6 +591,42 @@ static void c_small_direct(void) {
   done("small messages straight to the runtime");
 }
 
+/* Many pending requests cut one block's pages: a large guarded send over
+ * 300 pages, then 100 small guarded MPI_Ssend on its odd pages (pending
+ * until matched). The large one completes first, the small ones later;
+ * then every page must be writable (the protection of each page recomputed
+ * from all the requests on the block: more than 64 once crashed). */
+static void c_many_cuts(void) {
+  size_t pg = 4096, np = 300;
+  enum { K = 100 };
+  char *b = malloc(np * pg + pg);
+  char *a = (char *)(((uintptr_t)b + pg - 1) & ~(uintptr_t)(pg - 1));
+  if (sender()) {
+    fill(a, np * pg, 130);
+    MPI_Send(a, (int)(np * pg), MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    for (int i = 0; i < K; i++) MPI_Ssend(a + (size_t)(2 * i + 1) * pg, 100, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);              /* the large send completes meanwhile */
+    MPI_Barrier(MPI_COMM_WORLD);       /* the small ones complete */
+    for (size_t p = 0; p < np; p++) a[p * pg] = 2;
+  } else {
+    char *r = malloc(np * pg);
+    MPI_Recv(r, (int)(np * pg), MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    struct timespec ts = {0, 150 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    check(r, np * pg, 130, "many cuts: large");
+    for (int i = 0; i < K; i++) {
+      MPI_Recv(r, 100, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      for (int j = 0; j < 100; j++)
+        if ((unsigned char)r[j] != pat((size_t)(2 * i + 1) * pg + (size_t)j, 130)) FAIL("many cuts: small %d byte %d", i, j);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    free(r);
+  }
+  free(b);
+  done("many requests on one block");
+}
+
 int main(int argc, char **argv) {
   tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   tcp = getenv("OV_TCP") && *getenv("OV_TCP") == '1';
@@ -626,6 +662,7 @@ int main(int argc, char **argv) {
   c_threads();
   c_overlapped();
   c_small_direct();
+  c_many_cuts();
   /* MPI_Finalize with transfers pending: the last send is not waited for. */
   size_t n = 2u << 20;
   char *b = malloc(n);
