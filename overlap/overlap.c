@@ -971,13 +971,28 @@ EXPORT int MPI_Abort(MPI_Comm comm, int code) { return PMPI_Abort(comm, code); }
  * are interposed: when requests are pending, those on the buffer's pages
  * complete first. Other system calls: docs/overlap.md. */
 static void guard_io(const void *buf, size_t n) {
-  if (!atomic_load_explicit(&ov_pending, memory_order_relaxed) || ov_self || !n) return;
+  if (!atomic_load_explicit(&ov_pending, memory_order_relaxed) || !n) return;
   uintptr_t a = (uintptr_t)buf & ~(uintptr_t)(ov_page - 1), b = (uintptr_t)buf + n;
+  if (ov_self || ov_completing) {
+    /* The runtime, in the thread that completes the pending requests (the
+     * progress thread, a drain, a small call), reads or writes the
+     * program's memory for one of the program's own requests (a TCP
+     * writev of its MPI_Isend buffer) on a page an intercepted call
+     * guards: it cannot wait for itself. As ov_fault does for the same
+     * access without a system call, the pages are unguarded (until those
+     * requests complete) and the call goes on. */
+    for (uintptr_t p = a; p < b; p += ov_page)
+      if (wait_covering_test(p, p + ov_page)) {
+        locus_overlap_protect((void *)p, ov_page, 3);
+        atomic_fetch_add_explicit(&st_unguarded, 1, memory_order_relaxed);
+      }
+    return;
+  }
   if (wait_covering(a, b, true)) atomic_fetch_add_explicit(&st_syscall_waits, 1, memory_order_relaxed);
 }
 
 static void guard_iov(const struct iovec *iov, int cnt) {
-  if (!atomic_load_explicit(&ov_pending, memory_order_relaxed) || ov_self) return;
+  if (!atomic_load_explicit(&ov_pending, memory_order_relaxed)) return;
   for (int i = 0; i < cnt; i++) guard_io(iov[i].iov_base, iov[i].iov_len);
 }
 

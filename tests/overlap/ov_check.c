@@ -627,6 +627,41 @@ static void c_many_cuts(void) {
   done("many requests on one block");
 }
 
+/* The program's own MPI_Isend shares a page with an intercepted receive
+ * that guards it (inaccessible); the runtime sends the Isend's data from
+ * the program's address, with writev on TCP, in the thread that completes
+ * requests: it must not wait for itself (hung before). Over TCP only: on
+ * shared memory the peer reads it with a single copy (process_vm_readv),
+ * which a guarded page fails (docs/overlap.md). */
+static void c_program_isend(void) {
+  if (!tcp) return;
+  size_t n1 = (1u << 20) - 128, n2 = 256 * 1024;
+  if (sender()) {
+    char *b = malloc(n1 + n2 + 4096);
+    fill(b, n1, 140);
+    MPI_Request rq;
+    MPI_Isend(b, (int)n1, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &rq);
+    MPI_Recv(b + n1, (int)n2, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);   /* its first page: the Isend's last */
+    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+    check(b + n1, n2, 141, "program isend: intercepted receive");
+    free(b);
+  } else {
+    char *r = malloc(n1), *s = malloc(n2);
+    fill(s, n2, 141);
+    struct timespec ts = {0, 150 * 1000 * 1000};
+    nanosleep(&ts, NULL);              /* the peer's page is guarded by now */
+    MPI_Request rq[2];
+    MPI_Irecv(r, (int)n1, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &rq[0]);
+    nanosleep(&ts, NULL);
+    MPI_Isend(s, (int)n2, MPI_BYTE, peer, 2, MPI_COMM_WORLD, &rq[1]);
+    MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+    check(r, n1, 140, "program isend: its data");
+    free(r);
+    free(s);
+  }
+  done("program isend on a guarded page (tcp)");
+}
+
 int main(int argc, char **argv) {
   tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   tcp = getenv("OV_TCP") && *getenv("OV_TCP") == '1';
@@ -663,6 +698,7 @@ int main(int argc, char **argv) {
   c_overlapped();
   c_small_direct();
   c_many_cuts();
+  c_program_isend();
   /* MPI_Finalize with transfers pending: the last send is not waited for. */
   size_t n = 2u << 20;
   char *b = malloc(n);
