@@ -662,6 +662,41 @@ static void c_program_isend(void) {
   done("program isend on a guarded page (tcp)");
 }
 
+/* A truncated receive under MPI_ERRORS_RETURN: the error comes back from
+ * the MPI_Recv (blocking) or from the next call that completes it
+ * (overlapped), once, and nothing hangs (MPI_Waitall in the drain
+ * intermittently did). */
+static void c_truncated(void) {
+  MPI_Comm c;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  size_t n = 400 * 1000;
+  char *b = malloc(2 * n);
+  for (int round = 0; round < 20; round++) {
+    struct timespec ts = {0, (round % 3) * 2 * 1000 * 1000};
+    if ((round & 1) == sender()) nanosleep(&ts, NULL);   /* the message arrives before or after the receive */
+    if (sender()) {
+      fill(b, 2 * n, 150 + round);
+      if (MPI_Send(b, (int)(2 * n), MPI_BYTE, peer, 1, c) != MPI_SUCCESS) FAIL("truncated: the send failed");
+      if (MPI_Barrier(c) != MPI_SUCCESS) FAIL("truncated: sender's barrier failed");
+    } else {
+      int cls1 = MPI_SUCCESS, cls2 = MPI_SUCCESS;
+      int rc = MPI_Recv(b, (int)n, MPI_BYTE, peer, 1, c, MPI_STATUS_IGNORE);
+      MPI_Error_class(rc, &cls1);
+      rc = MPI_Barrier(c);
+      MPI_Error_class(rc, &cls2);
+      if ((cls1 == MPI_ERR_TRUNCATE) == (cls2 == MPI_ERR_TRUNCATE) || (cls1 != MPI_SUCCESS && cls1 != MPI_ERR_TRUNCATE) ||
+          (cls2 != MPI_SUCCESS && cls2 != MPI_ERR_TRUNCATE))
+        FAIL("truncated round %d: receive class %d, next call class %d", round, cls1, cls2);
+      if (MPI_Barrier(c) != MPI_SUCCESS) FAIL("truncated: error reported twice");
+    }
+    if (sender()) MPI_Barrier(c);
+  }
+  free(b);
+  MPI_Comm_free(&c);
+  done("truncated receive");
+}
+
 int main(int argc, char **argv) {
   tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   tcp = getenv("OV_TCP") && *getenv("OV_TCP") == '1';
@@ -699,6 +734,7 @@ int main(int argc, char **argv) {
   c_small_direct();
   c_many_cuts();
   c_program_isend();
+  c_truncated();
   /* MPI_Finalize with transfers pending: the last send is not waited for. */
   size_t n = 2u << 20;
   char *b = malloc(n);
