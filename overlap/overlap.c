@@ -1133,12 +1133,53 @@ static void *locus_sym(const char *name) {
   return h ? dlsym(h, name) : NULL;
 }
 
+/* A thread with SIGSEGV blocked that touches a guarded page is killed by
+ * the kernel (a synchronous fault is never held): workers that block every
+ * signal (sigfillset) and handlers with a full sa_mask are common. Blocking
+ * SIGSEGV/SIGBUS has no other effect on faults, so with overlap on they
+ * are taken out of the masks the program sets (a SIGSEGV sent with kill()
+ * is then delivered rather than held: the one difference). */
+static bool keep_faults(void) { return atomic_load_explicit(&ov_state, memory_order_relaxed) != OV_OFF; }
+static const sigset_t *no_faults(int how, const sigset_t *set, sigset_t *tmp) {
+  if (!set || how == SIG_UNBLOCK || !keep_faults()) return set;
+  *tmp = *set;
+  sigdelset(tmp, SIGSEGV);
+  sigdelset(tmp, SIGBUS);
+  return tmp;
+}
+
+EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) {
+  static int (*_Atomic real)(int, const sigset_t *, sigset_t *);
+  if (!real) real = (int (*)(int, const sigset_t *, sigset_t *))dlsym(RTLD_NEXT, "pthread_sigmask");
+  if (!real) return ENOSYS;
+  sigset_t tmp;
+  return real(how, no_faults(how, set, &tmp), old);
+}
+
+EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
+  static int (*_Atomic real)(int, const sigset_t *, sigset_t *);
+  if (!real) real = (int (*)(int, const sigset_t *, sigset_t *))dlsym(RTLD_NEXT, "sigprocmask");
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  sigset_t tmp;
+  return real(how, no_faults(how, set, &tmp), old);
+}
+
 EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   static int (*_Atomic real)(int, const struct sigaction *, struct sigaction *);
   if (!real) real = (int (*)(int, const struct sigaction *, struct sigaction *))locus_sym("sigaction");
   if (!real) {                         /* cannot happen: liblocus.so is a dependency */
     errno = ENOSYS;
     return -1;
+  }
+  struct sigaction tmp;
+  if (act && keep_faults() && (sigismember(&act->sa_mask, SIGSEGV) == 1 || sigismember(&act->sa_mask, SIGBUS) == 1)) {
+    tmp = *act;                        /* a handler with a full sa_mask: its faults stay deliverable */
+    sigdelset(&tmp.sa_mask, SIGSEGV);
+    sigdelset(&tmp.sa_mask, SIGBUS);
+    act = &tmp;
   }
   return real(sig, act, old);
 }

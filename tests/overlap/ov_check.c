@@ -16,6 +16,7 @@
  * and after MPI_Finalize, MPI_Finalize with transfers pending. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <mpi.h>
 #include <stdbool.h>
@@ -697,6 +698,64 @@ static void c_truncated(void) {
   done("truncated receive");
 }
 
+/* A worker that blocks every signal (sigfillset: signals go to one
+ * thread), and a signal handler installed with a full sa_mask, read a
+ * receive buffer right after MPI_Recv: the kernel killed the process
+ * (a fault with SIGSEGV blocked). */
+static char *volatile sm_buf;
+static volatile long sm_sum;
+static size_t sm_n;
+static void *sm_worker(void *arg) {
+  (void)arg;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  long s = 0;
+  for (size_t i = 0; i < sm_n; i += 1024) s += sm_buf[i];
+  return (void *)s;
+}
+static void sm_handler(int sig) {
+  (void)sig;
+  long s = 0;
+  for (size_t i = 0; i < sm_n; i += 1024) s += sm_buf[i];
+  sm_sum = s;
+}
+static void c_sigmask(void) {
+  sm_n = 1u << 20;
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = sm_handler;
+  sigfillset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, &old);
+  for (int round = 0; round < 2; round++) {
+    sm_buf = malloc(sm_n);
+    if (sender()) {
+      memset(sm_buf, 1, sm_n);
+      struct timespec ts = {0, 50 * 1000 * 1000};
+      nanosleep(&ts, NULL);            /* the receive is pending when the reader starts */
+      MPI_Send(sm_buf, (int)sm_n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    } else {
+      MPI_Recv(sm_buf, (int)sm_n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      long want = (long)(sm_n / 1024);
+      if (round == 0) {
+        pthread_t t;
+        void *res;
+        pthread_create(&t, NULL, sm_worker, NULL);
+        pthread_join(t, &res);
+        if ((long)res != want) FAIL("sigmask worker sum %ld", (long)res);
+      } else {
+        sm_sum = 0;
+        raise(SIGUSR1);
+        if (sm_sum != want) FAIL("full sa_mask handler sum %ld", (long)sm_sum);
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    free(sm_buf);
+  }
+  sigaction(SIGUSR1, &old, NULL);
+  done("signals blocked while touching a buffer in flight");
+}
+
 int main(int argc, char **argv) {
   tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   tcp = getenv("OV_TCP") && *getenv("OV_TCP") == '1';
@@ -735,6 +794,7 @@ int main(int argc, char **argv) {
   c_many_cuts();
   c_program_isend();
   c_truncated();
+  c_sigmask();
   /* MPI_Finalize with transfers pending: the last send is not waited for. */
   size_t n = 2u << 20;
   char *b = malloc(n);
