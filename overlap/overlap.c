@@ -1071,6 +1071,36 @@ EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) {
   guard_iov(iov, cnt);
   return real_readv(fd, iov, cnt);
 }
+EXPORT ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) {
+  NEXT(preadv);
+  guard_iov(iov, cnt);
+  return real_preadv(fd, iov, cnt, off);
+}
+EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off) {
+  NEXT(pwritev);
+  guard_iov(iov, cnt);
+  return real_pwritev(fd, iov, cnt, off);
+}
+EXPORT ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off) {
+  NEXT(preadv64);
+  guard_iov(iov, cnt);
+  return real_preadv64(fd, iov, cnt, off);
+}
+EXPORT ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off) {
+  NEXT(pwritev64);
+  guard_iov(iov, cnt);
+  return real_pwritev64(fd, iov, cnt, off);
+}
+EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags) {
+  NEXT(sendmsg);
+  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen);
+  return real_sendmsg(fd, m, flags);
+}
+EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags) {
+  NEXT(recvmsg);
+  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen);
+  return real_recvmsg(fd, m, flags);
+}
 EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) {
   NEXT(send);
   guard_io(buf, n);

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static int rank, size, peer;
@@ -273,6 +274,11 @@ static void c_syscalls(void) {
     FILE *f = fdopen(dup(fd), "w+");
     if (fread(b, 1, n, f) > n) FAIL("fread");   /* whatever it reads: it must not fail on the page */
     fclose(f);
+    fill(b, n, 43);
+    MPI_Send(b, (int)n, MPI_BYTE, peer, 3, MPI_COMM_WORLD);
+    struct iovec v = {b, n};
+    if (preadv(fd, &v, 1, 0) != (ssize_t)n) FAIL("preadv into the send buffer");
+    check(b, n, 41, "preadv");
   } else {
     MPI_Recv(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (write(fd, b, n) != (ssize_t)n) FAIL("write of the receive buffer");
@@ -284,6 +290,11 @@ static void c_syscalls(void) {
     fclose(f);
     if (pread(fd, c, n, (off_t)n) != (ssize_t)n) FAIL("pread back 2");
     check(c, n, 42, "fwrite after MPI_Recv");
+    MPI_Recv(b, (int)n, MPI_BYTE, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    struct iovec v = {b, n};
+    if (pwritev(fd, &v, 1, (off_t)(2 * n)) != (ssize_t)n) FAIL("pwritev of the receive buffer");
+    if (pread(fd, c, n, (off_t)(2 * n)) != (ssize_t)n) FAIL("pread back 3");
+    check(c, n, 43, "pwritev after MPI_Recv");
   }
   close(fd);
   free(b);
