@@ -57,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -111,6 +112,7 @@ static long ov_poll_us = 50;           /* the progress thread's longest sleep wh
 static size_t ov_page = 4096;
 static LOCUS_OV_TLS int ov_self;       /* this thread is the progress thread */
 static LOCUS_OV_TLS int ov_completing; /* this thread completes requests (a drain in MPI_Waitall) */
+static LOCUS_OV_TLS int ov_internal;   /* this thread sets protections itself (apply_prot) */
 static LOCUS_OV_TLS struct { uintptr_t page; uint64_t epoch; } ov_last_retry;
 
 /* Statistics, printed at MPI_Finalize with LOCUS_OVERLAP_STATS=1. */
@@ -173,7 +175,14 @@ static int cmp_cut(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
+static void apply_prot_locked(uintptr_t a, uintptr_t b);
 static void apply_prot(uintptr_t a, uintptr_t b) {
+  ov_internal++;                       /* locus's mprotect calls come back through ours */
+  apply_prot_locked(a, b);
+  ov_internal--;
+}
+
+static void apply_prot_locked(uintptr_t a, uintptr_t b) {
   /* Room for both ends of every entry (under ov_lock, so one array): a
    * cut left out would give a page the protection of a neighbour. */
   static uintptr_t cut[2 * OV_MAX + 2];
@@ -1120,6 +1129,16 @@ EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr 
   NEXT(recvfrom);
   guard_io(buf, n);
   return real_recvfrom(fd, buf, n, flags, from, fl);
+}
+/* The program's own mprotect of a buffer in flight: the transfers on its
+ * pages complete first (else PROT_READ on a receive guard would show the
+ * old data, and completion would undo the program's protection). The
+ * library's own changes (apply_prot, the unguarding of a completing
+ * thread) go straight through. */
+EXPORT int mprotect(void *addr, size_t len, int prot) {
+  NEXT(mprotect);
+  if (!ov_internal && !ov_self && !ov_completing && len) guard_io(addr, len);
+  return real_mprotect(addr, len, prot);
 }
 /* stdio writes a large buffer straight from the program's memory. */
 EXPORT size_t fwrite(const void *buf, size_t size, size_t n, FILE *f) {

@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <setjmp.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -767,6 +769,46 @@ static void c_sigmask(void) {
   done("signals blocked while touching a buffer in flight");
 }
 
+/* The program mprotects a receive buffer read-only right after MPI_Recv
+ * (to catch later writes): it reads the received data (it read the old
+ * data), and the protection holds after the transfer (completion undid it). */
+static sigjmp_buf mp_jb;
+static volatile int mp_caught;
+static void mp_handler(int sig) {
+  (void)sig;
+  mp_caught++;
+  siglongjmp(mp_jb, 1);
+}
+static void c_mprotect(void) {
+  size_t n = 1u << 20;
+  char *b = malloc(n + 4096);
+  char *a = (char *)(((uintptr_t)b + 4095) & ~(uintptr_t)4095);
+  if (sender()) {
+    fill(a, n, 160);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    MPI_Send(a, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+  } else {
+    memset(a, 0, n);
+    MPI_Recv(a, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (mprotect(a, n, PROT_READ) != 0) FAIL("mprotect");
+    check(a, n, 160, "read after mprotect(PROT_READ)");
+    MPI_Barrier(MPI_COMM_WORLD);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = mp_handler;
+    sigaction(SIGSEGV, &sa, &old);
+    mp_caught = 0;
+    if (!sigsetjmp(mp_jb, 1)) *(volatile char *)(a + n / 2) = 1;
+    sigaction(SIGSEGV, &old, NULL);
+    if (!mp_caught) FAIL("a write to a page the program made read-only did not fault");
+    mprotect(a, n, PROT_READ | PROT_WRITE);
+  }
+  free(b);
+  done("mprotect of a buffer in flight");
+}
+
 int main(int argc, char **argv) {
   tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   tcp = getenv("OV_TCP") && *getenv("OV_TCP") == '1';
@@ -806,6 +848,7 @@ int main(int argc, char **argv) {
   c_program_isend();
   c_truncated();
   c_sigmask();
+  c_mprotect();
   /* MPI_Finalize with transfers pending: the last send is not waited for. */
   size_t n = 2u << 20;
   char *b = malloc(n);
