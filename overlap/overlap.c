@@ -10,10 +10,13 @@
  *   collectives, communicator and window calls, MPI_Finalize...) first
  *   completes everything pending (ov_drain). Requests are posted in program
  *   order, so MPI's own non-overtaking rule keeps the order of messages.
+ *   MPI_Send / MPI_Recv of at most ov_direct_max bytes go straight to PMPI
+ *   (direct(): nothing to overlap, and the guarded path costs 25 times the
+ *   call).
  * - Offload: one progress thread tests the pending requests (MPI_Testsome),
  *   with a short backoff while they are pending and asleep on a condition
  *   when nothing is. A drain takes the requests over between two of its
- *   tests and completes them itself (MPI_Waitall): no hand-off on the way
+ *   tests and completes them itself (complete_all): no hand-off on the way
  *   of a blocking call.
  * - Protection: a buffer inside a memory-file-backed large block of locus
  *   (from MPI_Init on, locus_overlap_enable makes blocks of at least
@@ -54,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -98,11 +102,17 @@ static bool ov_owned;                  /* a drain owns the pending requests (und
 static pthread_t ov_thread;
 static int ov_asked = MPI_THREAD_SINGLE;   /* the level the program asked for */
 static size_t ov_min = 64 * 1024, ov_copy_max = 512 * 1024;   /* locus's defaults (README) */
+/* MPI_Send / MPI_Recv of at most this many bytes go straight to the runtime
+ * (direct()): nothing to overlap below the runtime's eager limit (Open MPI's
+ * shared-memory one is 4 KiB with its header), and the guarded or copied
+ * path costs 8-10 us per call against 0.3 us for the call itself. */
+static size_t ov_direct_max = 4000;
 static bool ov_stats;                  /* LOCUS_OVERLAP_STATS */
 static long ov_poll_us = 50;           /* the progress thread's longest sleep while requests are pending */
 static size_t ov_page = 4096;
 static LOCUS_OV_TLS int ov_self;       /* this thread is the progress thread */
 static LOCUS_OV_TLS int ov_completing; /* this thread completes requests (a drain in MPI_Waitall) */
+static LOCUS_OV_TLS int ov_internal;   /* this thread sets protections itself (apply_prot) */
 static LOCUS_OV_TLS struct { uintptr_t page; uint64_t epoch; } ov_last_retry;
 
 /* Statistics, printed at MPI_Finalize with LOCUS_OVERLAP_STATS=1. */
@@ -160,8 +170,22 @@ static void copy_free(void *p, size_t n) {
 /* Sets the pages of [a, b) to the intersection of the permissions of the
  * pending requests covering each of them (read-write where none does).
  * ov_lock held. The boundaries of the covering requests split [a, b). */
+static int cmp_cut(const void *x, const void *y) {
+  uintptr_t a = *(const uintptr_t *)x, b = *(const uintptr_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+static void apply_prot_locked(uintptr_t a, uintptr_t b);
 static void apply_prot(uintptr_t a, uintptr_t b) {
-  uintptr_t cut[2 * 64 + 2];
+  ov_internal++;                       /* locus's mprotect calls come back through ours */
+  apply_prot_locked(a, b);
+  ov_internal--;
+}
+
+static void apply_prot_locked(uintptr_t a, uintptr_t b) {
+  /* Room for both ends of every entry (under ov_lock, so one array): a
+   * cut left out would give a page the protection of a neighbour. */
+  static uintptr_t cut[2 * OV_MAX + 2];
   int n = 0, high = atomic_load(&ov_high);
   cut[n++] = a;
   cut[n++] = b;
@@ -170,16 +194,17 @@ static void apply_prot(uintptr_t a, uintptr_t b) {
     if (!(atomic_load(&r->gen) & 1)) continue;
     uintptr_t pa = atomic_load(&r->pa), pb = atomic_load(&r->pb);
     if (pa >= b || pb <= a || pa == pb) continue;
-    if (n + 2 > (int)(sizeof cut / sizeof *cut)) break;   /* ignored cuts: whole pieces get the intersection */
     if (pa > a) cut[n++] = pa;
     if (pb < b) cut[n++] = pb;
   }
-  for (int i = 1; i < n; i++)          /* insertion sort: few cuts */
-    for (int j = i; j > 0 && cut[j] < cut[j - 1]; j--) {
-      uintptr_t t = cut[j];
-      cut[j] = cut[j - 1];
-      cut[j - 1] = t;
-    }
+  if (n > 16) qsort(cut, (size_t)n, sizeof *cut, cmp_cut);
+  else
+    for (int i = 1; i < n; i++)        /* insertion sort: few cuts */
+      for (int j = i; j > 0 && cut[j] < cut[j - 1]; j--) {
+        uintptr_t t = cut[j];
+        cut[j] = cut[j - 1];
+        cut[j - 1] = t;
+      }
   for (int k = 0; k + 1 < n; k++) {
     uintptr_t x = cut[k], y = cut[k + 1];
     if (x >= y) continue;
@@ -212,7 +237,12 @@ static void pause_short(unsigned *spins) {
 /* Waits until no request pending now covers [a, b) (pages when `pages`,
  * else the request's bytes). Async-signal-safe: atomics, sched_yield and
  * nanosleep. Returns whether it found one. */
-static bool wait_covering(uintptr_t a, uintptr_t b, bool pages) {
+static bool wait_covering_below(uintptr_t a, uintptr_t b, bool pages, int below);
+static bool wait_covering(uintptr_t a, uintptr_t b, bool pages) { return wait_covering_below(a, b, pages, 4); }
+
+/* The same, for the requests whose protection is below `below` only (1:
+ * those that make their pages inaccessible, the receives). */
+static bool wait_covering_below(uintptr_t a, uintptr_t b, bool pages, int below) {
   bool found = false;
   int high = atomic_load_explicit(&ov_high, memory_order_acquire);
   for (int i = 0; i < high; i++) {
@@ -222,8 +252,10 @@ static bool wait_covering(uintptr_t a, uintptr_t b, bool pages) {
     uintptr_t x = pages ? atomic_load_explicit(&r->pa, memory_order_relaxed) : atomic_load_explicit(&r->ua, memory_order_relaxed);
     uintptr_t y = pages ? atomic_load_explicit(&r->pb, memory_order_relaxed) : atomic_load_explicit(&r->ub, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
+    int prot = r->prot;
+    atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&r->gen, memory_order_relaxed) != g) continue;   /* completed meanwhile */
-    if (x >= b || y <= a || x == y) continue;
+    if (x >= b || y <= a || x == y || prot >= below) continue;
     found = true;
     atomic_fetch_add(&ov_urgent, 1);
     unsigned spins = 0;
@@ -388,6 +420,37 @@ static void *progress(void *arg) {
   return NULL;
 }
 
+/* MPI_Waitall of n requests, made of MPI_Testsome: Open MPI's
+ * MPI_Waitall under MPI_THREAD_MULTIPLE intermittently never returns when
+ * one of them ended in error (a truncated receive, t_trunc), and
+ * MPI_Testsome leaves such a request allocated and active (it reports it
+ * again on every call): it is dropped from the set once reported. Returns
+ * MPI_SUCCESS, MPI_ERR_IN_STATUS (st[k].MPI_ERROR set for every k) or the
+ * error of a call that could not test them. */
+static int complete_all(int n, MPI_Request *rq, MPI_Status *st) {
+  static int idx[OV_MAX];
+  static MPI_Status got[OV_MAX];
+  int rc = MPI_SUCCESS, left = n;
+  for (int k = 0; k < n; k++) st[k].MPI_ERROR = MPI_SUCCESS;
+  while (left > 0) {
+    int out = 0;
+    int r = PMPI_Testsome(n, rq, &out, idx, got);
+    if (r != MPI_SUCCESS && r != MPI_ERR_IN_STATUS) return r;
+    if (out == MPI_UNDEFINED) break;   /* none active any more */
+    for (int k = 0; k < out; k++) {
+      st[idx[k]] = got[k];
+      if (r != MPI_ERR_IN_STATUS) st[idx[k]].MPI_ERROR = MPI_SUCCESS;
+      else if (got[k].MPI_ERROR != MPI_SUCCESS) {
+        rc = MPI_ERR_IN_STATUS;
+        rq[idx[k]] = MPI_REQUEST_NULL;   /* left allocated by the runtime: not reported twice */
+      }
+    }
+    left -= out;
+    if (left > 0 && out == 0) sched_yield();
+  }
+  return rc;
+}
+
 /* Completes everything pending; returns (and raises through the
  * communicator's error handler) an error found at completion. */
 static int ov_drain(const char *who) {
@@ -415,7 +478,7 @@ static int ov_drain(const char *who) {
       }
     unlock_prog(&h);                   /* the program's signals while it waits */
     ov_completing = 1;
-    int rc = PMPI_Waitall(n, rq, st);
+    int rc = complete_all(n, rq, st);
     ov_completing = 0;
     lock_prog(&h);
     for (int k = 0; k < n; k++)
@@ -537,10 +600,25 @@ static way_t choose(const void *buf, span_t s, bool send, locus_overlap_span_t *
 
 typedef int (*isend_fn)(const void *, int, MPI_Datatype, int, int, MPI_Comm, MPI_Request *);
 
+/* Arguments a send is not overlapped with: the runtime sees them as the
+ * program gave them (it returns its error code, or sends nothing to
+ * MPI_PROC_NULL), and the library reads no byte of the buffer before it
+ * has checked them (a copy of a NULL buffer would crash). */
+static int ov_tag_ub = 32767;          /* MPI_TAG_UB, read at start() */
+static bool send_unusual(int dest, int tag, MPI_Comm comm, span_t s) {
+  if (!s.ok || comm == MPI_COMM_NULL || dest == MPI_PROC_NULL || tag < 0 || tag > ov_tag_ub) return true;
+  if (s.a != s.b && s.a < ov_page) return true;   /* a NULL buffer (MPI_BOTTOM with absolute addresses is above) */
+  int inter = 0, n = 0;
+  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS) return true;
+  if ((inter ? PMPI_Comm_remote_size(comm, &n) : PMPI_Comm_size(comm, &n)) != MPI_SUCCESS) return true;
+  return dest < 0 || dest >= n;
+}
+
 /* The overlapped send: MPI_SUCCESS or an error of the non-blocking call;
  * 1 when the caller must block instead. */
 static int post_send(isend_fn isend, const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
   span_t s = span_of(buf, count, dt);
+  if (send_unusual(dest, tag, comm, s)) return 1;   /* the blocking call reports it */
   locus_overlap_span_t g;
   way_t w = choose(buf, s, true, &g);
   if (w == WAY_BLOCK) return 1;
@@ -605,6 +683,56 @@ static int isend_ready(const void *b, int c, MPI_Datatype d, int p, int t, MPI_C
   return PMPI_Irsend(b, c, d, p, t, m, r);
 }
 
+/* ---- small messages: straight to the runtime ------------------------------------ */
+/* Whether a MPI_Send / MPI_Recv of count elements of dt is small enough to
+ * go straight to PMPI: no copy, no progress thread, no drain. Posting order
+ * is matching order in MPI, so a blocking call posted after pending
+ * non-blocking ones keeps the non-overtaking rule; errors found at completion
+ * of those are still reported by the next call that completes them. Unusual
+ * arguments (negative count, null datatype) take the usual path, which
+ * passes them to the runtime too. */
+static inline bool direct(int count, MPI_Datatype dt) {
+  if (count == 0) return true;
+  if (count < 0 || (size_t)count > ov_direct_max || dt == MPI_DATATYPE_NULL) return false;
+  int sz;
+  if (dt == MPI_BYTE || dt == MPI_CHAR || dt == MPI_UNSIGNED_CHAR || dt == MPI_SIGNED_CHAR) sz = 1;   /* no call for the usual ones */
+  else if (dt == MPI_INT || dt == MPI_FLOAT) sz = 4;
+  else if (dt == MPI_DOUBLE || dt == MPI_LONG_LONG || dt == MPI_INT64_T) sz = 8;
+  else if (PMPI_Type_size(dt, &sz) != MPI_SUCCESS || sz < 0) return false;
+  return (size_t)count * (size_t)sz <= ov_direct_max;
+}
+
+/* Before a direct call while requests are pending: the pending requests on
+ * the buffer's pages or bytes complete first (as a fault would wait for
+ * them), so the runtime never meets a guard of those on the buffer; this
+ * thread is then marked as completing requests (ov_completing), so that a
+ * guarded page the runtime touches on behalf of the program's own
+ * non-blocking requests is unguarded rather than waited for (the progress
+ * thread may need a lock the runtime holds in this thread). */
+static void direct_prepare(const void *buf, int count, MPI_Datatype dt, bool writes) {
+  span_t s = span_of(buf, count, dt);
+  if (!s.ok || s.a == s.b) return;
+  /* a send only reads: read-only guards (pending sends) do not stop it */
+  wait_covering_below(s.a & ~(uintptr_t)(ov_page - 1), s.b, true, writes ? 4 : 1);
+  wait_conflicts(s, writes);
+}
+
+static int direct_send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
+  if (atomic_load_explicit(&ov_pending, memory_order_relaxed)) direct_prepare(buf, count, dt, false);
+  ov_completing = 1;
+  int rc = PMPI_Send(buf, count, dt, dest, tag, comm);
+  ov_completing = 0;
+  return rc;
+}
+
+static int direct_recv(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm comm, MPI_Status *status) {
+  if (atomic_load_explicit(&ov_pending, memory_order_relaxed)) direct_prepare(buf, count, dt, true);
+  ov_completing = 1;
+  int rc = PMPI_Recv(buf, count, dt, src, tag, comm, status);
+  ov_completing = 0;
+  return rc;
+}
+
 static int blocked(void) {
   atomic_fetch_add_explicit(&st_blocked, 1, memory_order_relaxed);
   return ov_drain("block");
@@ -612,6 +740,7 @@ static int blocked(void) {
 
 EXPORT int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
   if (ov_active() && !ov_self) {
+    if (dest == MPI_PROC_NULL || direct(count, dt)) return direct_send(buf, count, dt, dest, tag, comm);
     int rc = post_send(isend_std, buf, count, dt, dest, tag, comm);
     if (rc != 1) return rc;
     int e = blocked();
@@ -622,7 +751,7 @@ EXPORT int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int t
 }
 
 EXPORT int MPI_Ssend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-  if (ov_active() && !ov_self) {
+  if (ov_active() && !ov_self && dest != MPI_PROC_NULL) {   /* MPI_PROC_NULL: nothing to send */
     int rc = post_send(isend_sync, buf, count, dt, dest, tag, comm);
     if (rc != 1) return rc;
     int e = blocked();
@@ -633,7 +762,7 @@ EXPORT int MPI_Ssend(const void *buf, int count, MPI_Datatype dt, int dest, int 
 }
 
 EXPORT int MPI_Rsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-  if (ov_active() && !ov_self) {
+  if (ov_active() && !ov_self && dest != MPI_PROC_NULL) {   /* MPI_PROC_NULL: nothing to send */
     int rc = post_send(isend_ready, buf, count, dt, dest, tag, comm);
     if (rc != 1) return rc;
     int e = blocked();
@@ -645,6 +774,7 @@ EXPORT int MPI_Rsend(const void *buf, int count, MPI_Datatype dt, int dest, int 
 
 EXPORT int MPI_Recv(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm comm, MPI_Status *status) {
   if (ov_active() && !ov_self) {
+    if (src == MPI_PROC_NULL || direct(count, dt)) return direct_recv(buf, count, dt, src, tag, comm, status);
     /* The status is the program's once the call returns: only an ignored
      * one lets the receive go on after it. */
     if (status == MPI_STATUS_IGNORE) {
@@ -780,6 +910,8 @@ static void start(int provided) {
     disable("the MPI runtime does not provide MPI_THREAD_MULTIPLE: overlap disabled, blocking calls block");
     return;
   }
+  int *ub = NULL, flag = 0;
+  if (PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag && ub) ov_tag_ub = *ub;
   if (locus_overlap_hooks(ov_fault, ov_quiesce) != 0) {
     disable("cannot install the fault handler: overlap disabled");
     return;
@@ -879,13 +1011,28 @@ EXPORT int MPI_Abort(MPI_Comm comm, int code) { return PMPI_Abort(comm, code); }
  * are interposed: when requests are pending, those on the buffer's pages
  * complete first. Other system calls: docs/overlap.md. */
 static void guard_io(const void *buf, size_t n) {
-  if (!atomic_load_explicit(&ov_pending, memory_order_relaxed) || ov_self || !n) return;
+  if (!atomic_load_explicit(&ov_pending, memory_order_relaxed) || !n) return;
   uintptr_t a = (uintptr_t)buf & ~(uintptr_t)(ov_page - 1), b = (uintptr_t)buf + n;
+  if (ov_self || ov_completing) {
+    /* The runtime, in the thread that completes the pending requests (the
+     * progress thread, a drain, a small call), reads or writes the
+     * program's memory for one of the program's own requests (a TCP
+     * writev of its MPI_Isend buffer) on a page an intercepted call
+     * guards: it cannot wait for itself. As ov_fault does for the same
+     * access without a system call, the pages are unguarded (until those
+     * requests complete) and the call goes on. */
+    for (uintptr_t p = a; p < b; p += ov_page)
+      if (wait_covering_test(p, p + ov_page)) {
+        locus_overlap_protect((void *)p, ov_page, 3);
+        atomic_fetch_add_explicit(&st_unguarded, 1, memory_order_relaxed);
+      }
+    return;
+  }
   if (wait_covering(a, b, true)) atomic_fetch_add_explicit(&st_syscall_waits, 1, memory_order_relaxed);
 }
 
 static void guard_iov(const struct iovec *iov, int cnt) {
-  if (!atomic_load_explicit(&ov_pending, memory_order_relaxed) || ov_self) return;
+  if (!atomic_load_explicit(&ov_pending, memory_order_relaxed)) return;
   for (int i = 0; i < cnt; i++) guard_io(iov[i].iov_base, iov[i].iov_len);
 }
 
@@ -933,6 +1080,36 @@ EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) {
   guard_iov(iov, cnt);
   return real_readv(fd, iov, cnt);
 }
+EXPORT ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) {
+  NEXT(preadv);
+  guard_iov(iov, cnt);
+  return real_preadv(fd, iov, cnt, off);
+}
+EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off) {
+  NEXT(pwritev);
+  guard_iov(iov, cnt);
+  return real_pwritev(fd, iov, cnt, off);
+}
+EXPORT ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off) {
+  NEXT(preadv64);
+  guard_iov(iov, cnt);
+  return real_preadv64(fd, iov, cnt, off);
+}
+EXPORT ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off) {
+  NEXT(pwritev64);
+  guard_iov(iov, cnt);
+  return real_pwritev64(fd, iov, cnt, off);
+}
+EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags) {
+  NEXT(sendmsg);
+  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen);
+  return real_sendmsg(fd, m, flags);
+}
+EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags) {
+  NEXT(recvmsg);
+  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen);
+  return real_recvmsg(fd, m, flags);
+}
 EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) {
   NEXT(send);
   guard_io(buf, n);
@@ -952,6 +1129,16 @@ EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr 
   NEXT(recvfrom);
   guard_io(buf, n);
   return real_recvfrom(fd, buf, n, flags, from, fl);
+}
+/* The program's own mprotect of a buffer in flight: the transfers on its
+ * pages complete first (else PROT_READ on a receive guard would show the
+ * old data, and completion would undo the program's protection). The
+ * library's own changes (apply_prot, the unguarding of a completing
+ * thread) go straight through. */
+EXPORT int mprotect(void *addr, size_t len, int prot) {
+  NEXT(mprotect);
+  if (!ov_internal && !ov_self && !ov_completing && len) guard_io(addr, len);
+  return real_mprotect(addr, len, prot);
 }
 /* stdio writes a large buffer straight from the program's memory. */
 EXPORT size_t fwrite(const void *buf, size_t size, size_t n, FILE *f) {
@@ -995,12 +1182,53 @@ static void *locus_sym(const char *name) {
   return h ? dlsym(h, name) : NULL;
 }
 
+/* A thread with SIGSEGV blocked that touches a guarded page is killed by
+ * the kernel (a synchronous fault is never held): workers that block every
+ * signal (sigfillset) and handlers with a full sa_mask are common. Blocking
+ * SIGSEGV/SIGBUS has no other effect on faults, so with overlap on they
+ * are taken out of the masks the program sets (a SIGSEGV sent with kill()
+ * is then delivered rather than held: the one difference). */
+static bool keep_faults(void) { return atomic_load_explicit(&ov_state, memory_order_relaxed) != OV_OFF; }
+static const sigset_t *no_faults(int how, const sigset_t *set, sigset_t *tmp) {
+  if (!set || how == SIG_UNBLOCK || !keep_faults()) return set;
+  *tmp = *set;
+  sigdelset(tmp, SIGSEGV);
+  sigdelset(tmp, SIGBUS);
+  return tmp;
+}
+
+EXPORT int pthread_sigmask(int how, const sigset_t *set, sigset_t *old) {
+  static int (*_Atomic real)(int, const sigset_t *, sigset_t *);
+  if (!real) real = (int (*)(int, const sigset_t *, sigset_t *))dlsym(RTLD_NEXT, "pthread_sigmask");
+  if (!real) return ENOSYS;
+  sigset_t tmp;
+  return real(how, no_faults(how, set, &tmp), old);
+}
+
+EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
+  static int (*_Atomic real)(int, const sigset_t *, sigset_t *);
+  if (!real) real = (int (*)(int, const sigset_t *, sigset_t *))dlsym(RTLD_NEXT, "sigprocmask");
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  sigset_t tmp;
+  return real(how, no_faults(how, set, &tmp), old);
+}
+
 EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   static int (*_Atomic real)(int, const struct sigaction *, struct sigaction *);
   if (!real) real = (int (*)(int, const struct sigaction *, struct sigaction *))locus_sym("sigaction");
   if (!real) {                         /* cannot happen: liblocus.so is a dependency */
     errno = ENOSYS;
     return -1;
+  }
+  struct sigaction tmp;
+  if (act && keep_faults() && (sigismember(&act->sa_mask, SIGSEGV) == 1 || sigismember(&act->sa_mask, SIGBUS) == 1)) {
+    tmp = *act;                        /* a handler with a full sa_mask: its faults stay deliverable */
+    sigdelset(&tmp.sa_mask, SIGSEGV);
+    sigdelset(&tmp.sa_mask, SIGBUS);
+    act = &tmp;
   }
   return real(sig, act, old);
 }

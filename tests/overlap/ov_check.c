@@ -16,6 +16,7 @@
  * and after MPI_Finalize, MPI_Finalize with transfers pending. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <mpi.h>
 #include <stdbool.h>
@@ -24,9 +25,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <setjmp.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static int rank, size, peer;
+static bool tcp;                       /* OV_TCP=1: run.sh's tcp mode (--mca btl tcp,self) */
 static const char *tmpdir;
 
 #define FAIL(...)                                                   \
@@ -271,6 +276,11 @@ static void c_syscalls(void) {
     FILE *f = fdopen(dup(fd), "w+");
     if (fread(b, 1, n, f) > n) FAIL("fread");   /* whatever it reads: it must not fail on the page */
     fclose(f);
+    fill(b, n, 43);
+    MPI_Send(b, (int)n, MPI_BYTE, peer, 3, MPI_COMM_WORLD);
+    struct iovec v = {b, n};
+    if (preadv(fd, &v, 1, 0) != (ssize_t)n) FAIL("preadv into the send buffer");
+    check(b, n, 41, "preadv");
   } else {
     MPI_Recv(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (write(fd, b, n) != (ssize_t)n) FAIL("write of the receive buffer");
@@ -282,6 +292,11 @@ static void c_syscalls(void) {
     fclose(f);
     if (pread(fd, c, n, (off_t)n) != (ssize_t)n) FAIL("pread back 2");
     check(c, n, 42, "fwrite after MPI_Recv");
+    MPI_Recv(b, (int)n, MPI_BYTE, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    struct iovec v = {b, n};
+    if (pwritev(fd, &v, 1, (off_t)(2 * n)) != (ssize_t)n) FAIL("pwritev of the receive buffer");
+    if (pread(fd, c, n, (off_t)(2 * n)) != (ssize_t)n) FAIL("pread back 3");
+    check(c, n, 43, "pwritev after MPI_Recv");
   }
   close(fd);
   free(b);
@@ -397,6 +412,20 @@ static void c_errors(void) {
   if (rc == MPI_SUCCESS) FAIL("receive from an invalid rank succeeded");
   rc = MPI_Send(b, -1, MPI_BYTE, peer, 0, c);
   if (rc == MPI_SUCCESS) FAIL("negative count accepted");
+  /* Checked before the library reads the buffer (a copy of NULL crashed):
+   * a NULL buffer to MPI_PROC_NULL (Open MPI: MPI_ERR_BUFFER, whatever the
+   * peer), an invalid rank or tag with a bad buffer: the runtime's answer.
+   * Large enough not to go straight to the runtime as small messages do. */
+  int rc0 = MPI_Send(NULL, 100000, MPI_INT, MPI_PROC_NULL, 0, c);
+  rc = MPI_Sendrecv(NULL, 100000, MPI_INT, MPI_PROC_NULL, 0, NULL, 100000, MPI_INT, MPI_PROC_NULL, 0, c,
+                    MPI_STATUS_IGNORE);
+  if ((rc0 == MPI_SUCCESS) != (rc == MPI_SUCCESS)) FAIL("NULL buffers with MPI_PROC_NULL: %d and %d", rc0, rc);
+  rc = MPI_Ssend(NULL, 100000, MPI_INT, MPI_PROC_NULL, 0, c);
+  if ((rc0 == MPI_SUCCESS) != (rc == MPI_SUCCESS)) FAIL("NULL buffer ssend to MPI_PROC_NULL: %d and %d", rc0, rc);
+  rc = MPI_Send((void *)16, 100000, MPI_INT, size + 5, 0, c);
+  if (rc == MPI_SUCCESS) FAIL("send from a bad pointer to an invalid rank succeeded");
+  rc = MPI_Send((void *)16, 100000, MPI_INT, peer, -3, c);
+  if (rc == MPI_SUCCESS) FAIL("send from a bad pointer with a negative tag succeeded");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   rc = MPI_Send(b, 10, MPI_BYTE, peer, 0, MPI_COMM_NULL);
   if (rc == MPI_SUCCESS) FAIL("send on MPI_COMM_NULL succeeded");
@@ -428,18 +457,22 @@ static void c_program_requests(void) {
   char *b = malloc(n);
   for (int round = 0; round < 20; round++) {
     char *page = b + 8 * 4096;
+    /* 1000 bytes: small messages go straight to the runtime; 20000: the
+     * send is guarded, its first page the receive's last */
+    bool big = (round & 1) && tcp;     /* shared memory: the peer's single copy cannot write a guarded page (docs/overlap.md) */
+    size_t len = big ? 20000 : 1000, at = big ? 20000 + 48 : 2048;
     if (sender()) {
-      fill(b, 1000, 100 + round);
-      MPI_Send(b, 1000, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-      MPI_Recv(b + 4096, 1000, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      check(b + 4096, 1000, 200 + round, "program request: guarded send");
+      fill(b, len, 100 + round);
+      MPI_Send(b, (int)len, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+      MPI_Recv(b + 65536, (int)len, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      check(b + 65536, len, 200 + round, "program request: guarded send");
     } else {
       MPI_Request rq;
-      MPI_Irecv(page, 1000, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &rq);
-      fill(page + 2048, 1000, 200 + round);
-      MPI_Send(page + 2048, 1000, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+      MPI_Irecv(page, (int)len, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &rq);
+      fill(page + at, len, 200 + round);
+      MPI_Send(page + at, (int)len, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
       MPI_Wait(&rq, MPI_STATUS_IGNORE);
-      check(page, 1000, 100 + round, "program request: its receive");
+      check(page, len, 100 + round, "program request: its receive");
     }
   }
   free(b);
@@ -521,8 +554,264 @@ static void c_overlapped(void) {
   done("overlapped ssend");
 }
 
+/* Small messages go straight to the runtime: a small MPI_Recv that asks
+ * for its status does not wait for the pending requests (here a guarded
+ * receive whose message comes 200 ms later), and keeps MPI's order against
+ * the pending ones; 1-byte messages from the stack interleave. */
+static void c_small_direct(void) {
+  size_t n = 1u << 20;
+  char *b = malloc(n), *c = malloc(100);
+  char small[64];
+  double t = 0;
+  if (sender()) {
+    MPI_Recv(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);   /* overlapped: pending */
+    double t0 = now();
+    MPI_Status st;
+    MPI_Recv(small, sizeof small, MPI_BYTE, peer, 2, MPI_COMM_WORLD, &st);
+    t = now() - t0;
+    MPI_Recv(c, 100, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);   /* same tag, posted after: second */
+    int cnt;
+    MPI_Get_count(&st, MPI_BYTE, &cnt);
+    if (cnt != 10 || st.MPI_SOURCE != peer || st.MPI_TAG != 2) FAIL("small status: count %d", cnt);
+    check(small, 10, 122, "small receive");
+    check(b, n, 120, "large receive before a small one");
+    check(c, 100, 121, "small receive after a pending large one");
+  } else {
+    fill(small, 10, 122);
+    MPI_Send(small, 10, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    fill(b, n, 120);
+    fill(c, 100, 121);
+    MPI_Send(b, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    MPI_Send(c, 100, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+  }
+  for (int k = 0; k < 1000; k++) {     /* ping-pong of one byte */
+    char x = (char)k;
+    if (sender()) {
+      MPI_Send(&x, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD);
+      MPI_Recv(&x, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (x != (char)(k + 1)) FAIL("ping-pong %d", k);
+    } else {
+      MPI_Recv(&x, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      x++;
+      MPI_Send(&x, 1, MPI_CHAR, peer, 3, MPI_COMM_WORLD);
+    }
+  }
+  const char *e = getenv("OV_EXPECT_OVERLAP");
+  if (sender() && e && *e == '1' && t > 0.1) FAIL("small MPI_Recv took %.3f s: waited for pending requests", t);
+  free(b);
+  free(c);
+  done("small messages straight to the runtime");
+}
+
+/* Many pending requests cut one block's pages: a large guarded send over
+ * 300 pages, then 100 small guarded MPI_Ssend on its odd pages (pending
+ * until matched). The large one completes first, the small ones later;
+ * then every page must be writable (the protection of each page recomputed
+ * from all the requests on the block: more than 64 once crashed). */
+static void c_many_cuts(void) {
+  size_t pg = 4096, np = 300;
+  enum { K = 100 };
+  char *b = malloc(np * pg + pg);
+  char *a = (char *)(((uintptr_t)b + pg - 1) & ~(uintptr_t)(pg - 1));
+  if (sender()) {
+    fill(a, np * pg, 130);
+    MPI_Send(a, (int)(np * pg), MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    for (int i = 0; i < K; i++) MPI_Ssend(a + (size_t)(2 * i + 1) * pg, 100, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);              /* the large send completes meanwhile */
+    MPI_Barrier(MPI_COMM_WORLD);       /* the small ones complete */
+    for (size_t p = 0; p < np; p++) a[p * pg] = 2;
+  } else {
+    char *r = malloc(np * pg);
+    MPI_Recv(r, (int)(np * pg), MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    struct timespec ts = {0, 150 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    check(r, np * pg, 130, "many cuts: large");
+    for (int i = 0; i < K; i++) {
+      MPI_Recv(r, 100, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      for (int j = 0; j < 100; j++)
+        if ((unsigned char)r[j] != pat((size_t)(2 * i + 1) * pg + (size_t)j, 130)) FAIL("many cuts: small %d byte %d", i, j);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    free(r);
+  }
+  free(b);
+  done("many requests on one block");
+}
+
+/* The program's own MPI_Isend shares a page with an intercepted receive
+ * that guards it (inaccessible); the runtime sends the Isend's data from
+ * the program's address, with writev on TCP, in the thread that completes
+ * requests: it must not wait for itself (hung before). Over TCP only: on
+ * shared memory the peer reads it with a single copy (process_vm_readv),
+ * which a guarded page fails (docs/overlap.md). */
+static void c_program_isend(void) {
+  if (!tcp) return;
+  size_t n1 = (1u << 20) - 128, n2 = 256 * 1024;
+  if (sender()) {
+    char *b = malloc(n1 + n2 + 4096);
+    fill(b, n1, 140);
+    MPI_Request rq;
+    MPI_Isend(b, (int)n1, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &rq);
+    MPI_Recv(b + n1, (int)n2, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);   /* its first page: the Isend's last */
+    MPI_Wait(&rq, MPI_STATUS_IGNORE);
+    check(b + n1, n2, 141, "program isend: intercepted receive");
+    free(b);
+  } else {
+    char *r = malloc(n1), *s = malloc(n2);
+    fill(s, n2, 141);
+    struct timespec ts = {0, 150 * 1000 * 1000};
+    nanosleep(&ts, NULL);              /* the peer's page is guarded by now */
+    MPI_Request rq[2];
+    MPI_Irecv(r, (int)n1, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &rq[0]);
+    nanosleep(&ts, NULL);
+    MPI_Isend(s, (int)n2, MPI_BYTE, peer, 2, MPI_COMM_WORLD, &rq[1]);
+    MPI_Waitall(2, rq, MPI_STATUSES_IGNORE);
+    check(r, n1, 140, "program isend: its data");
+    free(r);
+    free(s);
+  }
+  done("program isend on a guarded page (tcp)");
+}
+
+/* A truncated receive under MPI_ERRORS_RETURN: the error comes back from
+ * the MPI_Recv (blocking) or from the next call that completes it
+ * (overlapped), once, and nothing hangs (MPI_Waitall in the drain
+ * intermittently did). */
+static void c_truncated(void) {
+  MPI_Comm c;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  size_t n = 400 * 1000;
+  char *b = malloc(2 * n);
+  for (int round = 0; round < 20; round++) {
+    struct timespec ts = {0, (round % 3) * 2 * 1000 * 1000};
+    if ((round & 1) == sender()) nanosleep(&ts, NULL);   /* the message arrives before or after the receive */
+    if (sender()) {
+      fill(b, 2 * n, 150 + round);
+      if (MPI_Send(b, (int)(2 * n), MPI_BYTE, peer, 1, c) != MPI_SUCCESS) FAIL("truncated: the send failed");
+      if (MPI_Barrier(c) != MPI_SUCCESS) FAIL("truncated: sender's barrier failed");
+    } else {
+      int cls1 = MPI_SUCCESS, cls2 = MPI_SUCCESS;
+      int rc = MPI_Recv(b, (int)n, MPI_BYTE, peer, 1, c, MPI_STATUS_IGNORE);
+      MPI_Error_class(rc, &cls1);
+      rc = MPI_Barrier(c);
+      MPI_Error_class(rc, &cls2);
+      if ((cls1 == MPI_ERR_TRUNCATE) == (cls2 == MPI_ERR_TRUNCATE) || (cls1 != MPI_SUCCESS && cls1 != MPI_ERR_TRUNCATE) ||
+          (cls2 != MPI_SUCCESS && cls2 != MPI_ERR_TRUNCATE))
+        FAIL("truncated round %d: receive class %d, next call class %d", round, cls1, cls2);
+      if (MPI_Barrier(c) != MPI_SUCCESS) FAIL("truncated: error reported twice");
+    }
+    if (sender()) MPI_Barrier(c);
+  }
+  free(b);
+  MPI_Comm_free(&c);
+  done("truncated receive");
+}
+
+/* A worker that blocks every signal (sigfillset: signals go to one
+ * thread), and a signal handler installed with a full sa_mask, read a
+ * receive buffer right after MPI_Recv: the kernel killed the process
+ * (a fault with SIGSEGV blocked). */
+static char *volatile sm_buf;
+static volatile long sm_sum;
+static size_t sm_n;
+static void *sm_worker(void *arg) {
+  (void)arg;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  long s = 0;
+  for (size_t i = 0; i < sm_n; i += 1024) s += sm_buf[i];
+  return (void *)s;
+}
+static void sm_handler(int sig) {
+  (void)sig;
+  long s = 0;
+  for (size_t i = 0; i < sm_n; i += 1024) s += sm_buf[i];
+  sm_sum = s;
+}
+static void c_sigmask(void) {
+  sm_n = 1u << 20;
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = sm_handler;
+  sigfillset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, &old);
+  for (int round = 0; round < 2; round++) {
+    sm_buf = malloc(sm_n);
+    if (sender()) {
+      memset(sm_buf, 1, sm_n);
+      struct timespec ts = {0, 50 * 1000 * 1000};
+      nanosleep(&ts, NULL);            /* the receive is pending when the reader starts */
+      MPI_Send(sm_buf, (int)sm_n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    } else {
+      MPI_Recv(sm_buf, (int)sm_n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      long want = (long)(sm_n / 1024);
+      if (round == 0) {
+        pthread_t t;
+        void *res;
+        pthread_create(&t, NULL, sm_worker, NULL);
+        pthread_join(t, &res);
+        if ((long)res != want) FAIL("sigmask worker sum %ld", (long)res);
+      } else {
+        sm_sum = 0;
+        raise(SIGUSR1);
+        if (sm_sum != want) FAIL("full sa_mask handler sum %ld", (long)sm_sum);
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    free(sm_buf);
+  }
+  sigaction(SIGUSR1, &old, NULL);
+  done("signals blocked while touching a buffer in flight");
+}
+
+/* The program mprotects a receive buffer read-only right after MPI_Recv
+ * (to catch later writes): it reads the received data (it read the old
+ * data), and the protection holds after the transfer (completion undid it). */
+static sigjmp_buf mp_jb;
+static volatile int mp_caught;
+static void mp_handler(int sig) {
+  (void)sig;
+  mp_caught++;
+  siglongjmp(mp_jb, 1);
+}
+static void c_mprotect(void) {
+  size_t n = 1u << 20;
+  char *b = malloc(n + 4096);
+  char *a = (char *)(((uintptr_t)b + 4095) & ~(uintptr_t)4095);
+  if (sender()) {
+    fill(a, n, 160);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    MPI_Send(a, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+  } else {
+    memset(a, 0, n);
+    MPI_Recv(a, (int)n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (mprotect(a, n, PROT_READ) != 0) FAIL("mprotect");
+    check(a, n, 160, "read after mprotect(PROT_READ)");
+    MPI_Barrier(MPI_COMM_WORLD);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = mp_handler;
+    sigaction(SIGSEGV, &sa, &old);
+    mp_caught = 0;
+    if (!sigsetjmp(mp_jb, 1)) *(volatile char *)(a + n / 2) = 1;
+    sigaction(SIGSEGV, &old, NULL);
+    if (!mp_caught) FAIL("a write to a page the program made read-only did not fault");
+    mprotect(a, n, PROT_READ | PROT_WRITE);
+  }
+  free(b);
+  done("mprotect of a buffer in flight");
+}
+
 int main(int argc, char **argv) {
   tmpdir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  tcp = getenv("OV_TCP") && *getenv("OV_TCP") == '1';
   int flag = 1;
   MPI_Initialized(&flag);              /* before MPI_Init: passes through */
   if (flag) return 2;
@@ -554,6 +843,12 @@ int main(int argc, char **argv) {
   c_program_requests();
   c_threads();
   c_overlapped();
+  c_small_direct();
+  c_many_cuts();
+  c_program_isend();
+  c_truncated();
+  c_sigmask();
+  c_mprotect();
   /* MPI_Finalize with transfers pending: the last send is not waited for. */
   size_t n = 2u << 20;
   char *b = malloc(n);

@@ -36,7 +36,7 @@ case $mode in
   plain)    OV_EXPECT_OVERLAP=0 "$@" -x OV_EXPECT_OVERLAP "$bin" >"$tmp/out" 2>"$tmp/err" ;;
   overlap)  OV_EXPECT_OVERLAP=1 LOCUS_OVERLAP_STATS=1 "$@" -x OV_EXPECT_OVERLAP -x LOCUS_OVERLAP_STATS \
               -x LD_PRELOAD="$lib" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
-  tcp)      OV_EXPECT_OVERLAP=1 LOCUS_OVERLAP_STATS=1 "$@" --mca btl tcp,self -x OV_EXPECT_OVERLAP \
+  tcp)      OV_EXPECT_OVERLAP=1 OV_TCP=1 LOCUS_OVERLAP_STATS=1 "$@" --mca btl tcp,self -x OV_EXPECT_OVERLAP -x OV_TCP \
               -x LOCUS_OVERLAP_STATS -x LD_PRELOAD="$lib" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
   locus-run) OV_EXPECT_OVERLAP=1 LOCUS_OVERLAP_STATS=1 timeout 300 "$lib" run --overlap -- mpirun $root \
               --oversubscribe -np "$np" "$bin" >"$tmp/out" 2>"$tmp/err" ;;
