@@ -41,6 +41,7 @@ mkdir -p "$out"
 cc=${CC:-cc}
 $cc -O2 -Wall -Wextra -static -o "$out/page_reuse_test" "$here/page_reuse_test.c" || { say "cannot build page_reuse_test"; exit 1; }
 $cc -O2 -Wall -Wextra -o "$out/calloc_test" "$here/calloc_test.c" || { say "cannot build calloc_test"; exit 1; }
+$cc -O2 -Wall -Wextra -static -o "$out/page_reuse_mm_test" "$here/page_reuse_mm_test.c" || { say "cannot build page_reuse_mm_test"; exit 1; }
 lib=${LOCUS_LIB:-}
 if [ -z "$lib" ]; then
   if [ ! -f "$out/locus/liblocus.so" ]; then
@@ -51,7 +52,7 @@ if [ -z "$lib" ]; then
   fi
   lib=$out/locus/liblocus.so
 fi
-files=(--file "$out/page_reuse_test:/page_reuse_test" --file "$out/calloc_test:/calloc_test"
+files=(--file "$out/page_reuse_test:/page_reuse_test" --file "$out/page_reuse_mm_test:/page_reuse_mm_test" --file "$out/calloc_test:/calloc_test"
        --file "$lib:/liblocus.so" --file "$here/guest_tests.sh:/guest_tests.sh")
 if [ -n "$bench" ]; then
   bdir=${LOCUS_BENCH_DIR:-$repo/build/bench}
@@ -60,6 +61,10 @@ if [ -n "$bench" ]; then
   done
 fi
 envs=()
-exec bash "$repo/tests/numa/guest/run.sh" --nodes 2 --cpus 2 --mem-per-node "${gmem:-512M}" \
+# movablecore=: half of the memory in ZONE_MOVABLE, so that the offline test
+# finds blocks holding pooled pages that may go offline.
+append=()
+[ $mode = patched ] && append=(--append "movablecore=50%")
+exec bash "$repo/tests/numa/guest/run.sh" --nodes 2 --cpus 2 --mem-per-node "${gmem:-512M}" "${append[@]}" \
   --timeout "${LOCUS_KERNEL_TEST_TIMEOUT:-$([ -n "$bench" ] && echo 3600 || echo 900)}" --kernel "$img" "${files[@]}" "${envs[@]}" \
   -- /bin/sh /guest_tests.sh "$mode" $bench
