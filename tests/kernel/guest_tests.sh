@@ -52,6 +52,10 @@ if [ "$mode" = patched ]; then
   # offline before hwpoison (poisoned pages stay out of use until reboot);
   # the memcg test's oom kill prints a stack trace, counted below.
   dmesg -c >/dev/null 2>&1
+  if [ -x /ksft_page_reuse ]; then
+    echo "=== kselftest mm/page_reuse (patch 0004)"
+    if /ksft_page_reuse; then echo "PASS kselftest page_reuse"; else echo "FAIL kselftest page_reuse"; fail=1; fi
+  fi
   echo "=== review tests (uapi, per-vma opt-out, memcg, memory offline, hwpoison)"
   /page_reuse_mm_test uapi optout memcg offline hwpoison || fail=1
   if dmesg >/tmp/dmesg2 2>/dev/null; then

@@ -42,6 +42,15 @@ cc=${CC:-cc}
 $cc -O2 -Wall -Wextra -static -o "$out/page_reuse_test" "$here/page_reuse_test.c" || { say "cannot build page_reuse_test"; exit 1; }
 $cc -O2 -Wall -Wextra -o "$out/calloc_test" "$here/calloc_test.c" || { say "cannot build calloc_test"; exit 1; }
 $cc -O2 -Wall -Wextra -static -o "$out/page_reuse_mm_test" "$here/page_reuse_mm_test.c" || { say "cannot build page_reuse_mm_test"; exit 1; }
+# The series' kselftest (tools/testing/selftests/mm/page_reuse.c, patch
+# 0004), from the kernel tree scripts/kernel.sh applies the series to.
+ktree=${LOCUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/locus}/kernel/work/linux-source-6.12
+ksft=()
+if [ $mode = patched ] && [ -f "$ktree/tools/testing/selftests/mm/page_reuse.c" ]; then
+  $cc -O2 -Wall -static -I"$ktree/tools/testing/selftests" -o "$out/ksft_page_reuse" \
+    "$ktree/tools/testing/selftests/mm/page_reuse.c" || { say "cannot build the page_reuse kselftest"; exit 1; }
+  ksft=(--file "$out/ksft_page_reuse:/ksft_page_reuse")
+fi
 lib=${LOCUS_LIB:-}
 if [ -z "$lib" ]; then
   if [ ! -f "$out/locus/liblocus.so" ]; then
@@ -53,7 +62,7 @@ if [ -z "$lib" ]; then
   lib=$out/locus/liblocus.so
 fi
 files=(--file "$out/page_reuse_test:/page_reuse_test" --file "$out/page_reuse_mm_test:/page_reuse_mm_test" --file "$out/calloc_test:/calloc_test"
-       --file "$lib:/liblocus.so" --file "$here/guest_tests.sh:/guest_tests.sh")
+       --file "$lib:/liblocus.so" --file "$here/guest_tests.sh:/guest_tests.sh" "${ksft[@]}")
 if [ -n "$bench" ]; then
   bdir=${LOCUS_BENCH_DIR:-$repo/build/bench}
   for w in timestep hera; do
