@@ -10,7 +10,8 @@
 #   kernel.sh boot [--stock] [-- CMD...]  boots it and runs CMD (default: sh -c uname -a)
 #   kernel.sh ci                build + test of the patched kernel; a kernel
 #                               that cannot be had is a SKIP (exit 0 with a
-#                               message), a failing guest test fails (exit 1)
+#                               message), a failing guest test fails (exit 1);
+#                               then `cross` if time allows (see ci below)
 #   kernel.sh key [--stock]     prints the cache key
 #   kernel.sh cross [ARCH...]   cross-builds what the series touches (the mm/
 #                               objects, fs/proc/task_mmu.o, kernel/fork.o and
@@ -332,6 +333,21 @@ case "$cmd" in
     # The same tests on a stock kernel: the advice is rejected, nothing is reused.
     bash "$repo/tests/kernel/run_guest.sh" --stock; st=$?
     ((st == 0 || st == 77)) || { say "kernel guest tests FAILED (stock kernel)"; exit 1; }
-    say "kernel guest tests passed" ;;
+    say "kernel guest tests passed"
+    # Cross-builds of what the series touches (arm64 alpha mips parisc, the
+    # option on and off; ~2-3 min per build on 2 quiet cores, cached):
+    # only while the kernel step leaves CI time for them, and within a
+    # bound; a compile error fails CI, a machine too slow skips them.
+    if ((SECONDS > ${LOCUS_CROSS_START_LIMIT:-2400})); then
+      say "cross-builds skipped: the kernel step already took $SECONDS s (LOCUS_CROSS_START_LIMIT)"
+      exit 0
+    fi
+    timeout "${LOCUS_CROSS_TIMEOUT:-1800}" bash "$0" cross; st=$?
+    case $st in
+      0) say "cross-builds passed" ;;
+      77) say "cross-builds skipped (reason above)" ;;
+      124) say "cross-builds skipped: not done within ${LOCUS_CROSS_TIMEOUT:-1800} s (LOCUS_CROSS_TIMEOUT)" ;;
+      *) say "cross-builds FAILED"; exit 1 ;;
+    esac ;;
   *) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
 esac

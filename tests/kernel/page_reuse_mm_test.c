@@ -22,7 +22,9 @@
  *             through /sys/devices/system/memory/hard_offline_page is never
  *             mapped again
  *   offline   a movable memory block holding pooled pages goes offline in
- *             under 5 s (the guest boots with movablecore=) */
+ *             under 5 s (the guest boots with movablecore=)
+ *   cpuset    a task whose cpuset allows only node 1 gets no pooled page
+ *             of node 0 (it freed them before it moved) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sched.h>
@@ -35,6 +37,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -320,6 +323,52 @@ static void test_memcg(void) {
   PASS(" (pool inside memory.current <= memory.max, no oom while pooling, an oom kill when it runs out)");
 }
 
+/* ---- cpuset -------------------------------------------------------------- */
+static int node_of(void *p) {
+  int node = -1;
+  /* get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR) */
+  if (syscall(SYS_get_mempolicy, &node, NULL, 0UL, p, 3UL) != 0) return -1;
+  return node;
+}
+
+static void test_cpuset(void) {
+  const char *cs = "/sys/fs/cgroup/i27cs";
+  mkdir("/sys/fs/cgroup", 0755);
+  if (mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL) != 0 && errno != EBUSY)
+    FAIL("mount cgroup2: %s", strerror(errno));
+  if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpuset")) FAIL("cannot enable the cpuset controller");
+  rmdir(cs);
+  if (mkdir(cs, 0755) != 0) FAIL("mkdir %s: %s", cs, strerror(errno));
+  char path[128];
+  snprintf(path, sizeof path, "%s/cpuset.mems", cs);
+  if (write_file(path, "1")) FAIL("cpuset.mems=1");
+  size_t n = 256;
+  char *p = map_anon(n * PG, MAP_PAGE_REUSE_);
+  for (size_t i = 0; i < n; i++) p[i * PG] = 1;
+  int n0 = 0;
+  for (size_t i = 0; i < n; i++) n0 += node_of(p + i * PG) == 0;
+  if (n0 < (int)n / 2) FAIL("only %d of %zu pages on node 0 before the move (CPU 0)", n0, n);
+  munmap(p, n * PG);
+  long pool = status_value("PageReusePool");
+  char b[32];
+  snprintf(b, sizeof b, "%d", getpid());
+  snprintf(path, sizeof path, "%s/cgroup.procs", cs);
+  if (write_file(path, b)) FAIL("cannot join %s", cs);
+  char *q = map_anon(n * PG, MAP_PAGE_REUSE_);
+  long h0 = status_value("PageReuseHits");
+  for (size_t i = 0; i < n; i++) ((volatile char *)q)[i * PG] = 1;
+  long hits = status_value("PageReuseHits") - h0;
+  int on0 = 0, on1 = 0;
+  for (size_t i = 0; i < n; i++) {
+    int nd = node_of(q + i * PG);
+    on0 += nd == 0, on1 += nd == 1;
+  }
+  write_file("/sys/fs/cgroup/cgroup.procs", b);
+  rmdir(cs);
+  if (on0) FAIL("%d of %zu pages faulted in a cpuset of node 1 are on node 0 (%ld pool hits; pool held %ld kB of node 0)", on0, n, hits, pool);
+  PASS(" (pool of %ld kB on node 0; in a cpuset of node 1: %d pages on node 1, %ld pool hits)", pool, on1, hits);
+}
+
 /* ---- hwpoison ------------------------------------------------------------ */
 static int poison(uint64_t pfn) {
   char b[64];
@@ -435,7 +484,7 @@ static void test_offline(void) {
 int main(int argc, char **argv) {
   static const struct { const char *name; void (*fn)(void); } tests[] = {
       {"uapi", test_uapi}, {"optout", test_optout}, {"memcg", test_memcg},
-      {"hwpoison", test_hwpoison}, {"offline", test_offline}};
+      {"hwpoison", test_hwpoison}, {"offline", test_offline}, {"cpuset", test_cpuset}};
   int failures = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
   /* The pool is per node and a fault takes a page of its own node: stay on
