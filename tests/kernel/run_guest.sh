@@ -42,13 +42,17 @@ cc=${CC:-cc}
 $cc -O2 -Wall -Wextra -static -o "$out/page_reuse_test" "$here/page_reuse_test.c" || { say "cannot build page_reuse_test"; exit 1; }
 $cc -O2 -Wall -Wextra -o "$out/calloc_test" "$here/calloc_test.c" || { say "cannot build calloc_test"; exit 1; }
 $cc -O2 -Wall -Wextra -static -o "$out/page_reuse_mm_test" "$here/page_reuse_mm_test.c" || { say "cannot build page_reuse_mm_test"; exit 1; }
-# The series' kselftest (tools/testing/selftests/mm/page_reuse.c, patch
-# 0004), from the kernel tree scripts/kernel.sh applies the series to.
+# The series' kselftest (tools/testing/selftests/mm/page_reuse.c, added
+# whole by patch 0004: taken from the patch, whatever series the cached tree
+# has applied), with kselftest.h from the kernel source tree.
 ktree=${LOCUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/locus}/kernel/work/linux-source-6.12
+kpatch=$(ls "$repo"/kernel/0*-selftests-mm-add-a-page_reuse-test.patch 2>/dev/null | head -1)
 ksft=()
-if [ $mode = patched ] && [ -f "$ktree/tools/testing/selftests/mm/page_reuse.c" ]; then
-  $cc -O2 -Wall -static -I"$ktree/tools/testing/selftests" -o "$out/ksft_page_reuse" \
-    "$ktree/tools/testing/selftests/mm/page_reuse.c" || { say "cannot build the page_reuse kselftest"; exit 1; }
+if [ $mode = patched ] && [ -n "$kpatch" ] && [ -f "$ktree/tools/testing/selftests/kselftest.h" ]; then
+  awk '/^\+\+\+ b\/tools\/testing\/selftests\/mm\/page_reuse.c/ {f=1; next}
+       f && /^@@/ {next} f && /^\+/ {print substr($0, 2); next} f {exit}' "$kpatch" >"$out/ksft_page_reuse.c"
+  $cc -O2 -Wall -static -I"$ktree/tools/testing/selftests/mm" -o "$out/ksft_page_reuse" "$out/ksft_page_reuse.c" ||
+    { say "cannot build the page_reuse kselftest"; exit 1; }
   ksft=(--file "$out/ksft_page_reuse:/ksft_page_reuse")
 fi
 lib=${LOCUS_LIB:-}
