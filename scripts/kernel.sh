@@ -10,8 +10,16 @@
 #   kernel.sh boot [--stock] [-- CMD...]  boots it and runs CMD (default: sh -c uname -a)
 #   kernel.sh ci                build + test of the patched kernel; a kernel
 #                               that cannot be had is a SKIP (exit 0 with a
-#                               message), a failing guest test fails (exit 1)
+#                               message), a failing guest test fails (exit 1);
+#                               then `cross` if time allows (see ci below)
 #   kernel.sh key [--stock]     prints the cache key
+#   kernel.sh cross [ARCH...]   cross-builds what the series touches (the mm/
+#                               objects, fs/proc/task_mmu.o, kernel/fork.o and
+#                               the uapi headers) for arm64 alpha mips parisc
+#                               (default; LOCUS_CROSS_ARCHES), CONFIG_PAGE_REUSE
+#                               on and off, with Debian's cross compilers
+#                               (installed with apt-get when missing); xtensa
+#                               has no Debian Linux cross compiler
 #
 # --stock: the same source and config without the patch series (a baseline
 # with the same config; `ci` and tests/kernel/run_guest.sh --stock use
@@ -59,6 +67,118 @@ patches() {
   ((stock)) && return 0
   [ -f "$series_dir/series" ] || return 0
   grep -v '^\s*#' "$series_dir/series" | sed '/^\s*$/d'
+}
+
+# ---- cross-builds of the series' objects --------------------------------
+# One clean source tree (work/cross-src: O= builds need a tree without the
+# x86 build's objects) with the series applied, one output directory per
+# architecture and option, ccache shared with the x86 build.
+cross_triplet() {
+  case $1 in
+    arm64) echo aarch64-linux-gnu ;;
+    alpha) echo alpha-linux-gnu ;;
+    mips) echo mips64-linux-gnuabi64 ;;
+    parisc) echo hppa64-linux-gnu ;;
+    *) return 1 ;;
+  esac
+}
+cross_packages() {
+  local a=$1 t
+  t=$(cross_triplet "$a") || return 1
+  echo "gcc-$t"
+  # parisc64's vdso32 (built by make prepare) needs the 32-bit compiler too.
+  [ "$a" = parisc ] && echo gcc-hppa-linux-gnu
+  return 0
+}
+
+cross_tree() {
+  local src=$cache/work/cross-src k
+  k=$(key)
+  if [ "$(cat "$src/.locus-key" 2>/dev/null)" != "$k" ]; then
+    say "cross: unpacking a clean source tree with the series ($k)"
+    rm -rf "$src"; mkdir -p "$src"
+    tar -xf "/usr/src/$pkg.tar.xz" -C "$src" --strip-components=1 || die "cannot unpack the source for the cross-builds"
+    local p
+    for p in $(patches); do
+      patch -d "$src" -p1 -s --batch <"$series_dir/$p" >&2 || die "$p does not apply"
+    done
+    echo "$k" >"$src/.locus-key"
+  fi
+  echo "$src"
+}
+
+# cross_one ARCH on|off: configures a small kernel and builds the objects.
+cross_one() {
+  local a=$1 opt=$2 src=$3 t out log cfg
+  t=$(cross_triplet "$a")
+  out=$cache/cross/$a-$opt
+  log=$out.log
+  mkdir -p "$out"
+  cfg=$out/fragment
+  {
+    echo "CONFIG_MMU=y"
+    echo "CONFIG_ADVISE_SYSCALLS=y"
+    echo "CONFIG_PROC_FS=y"
+    echo "CONFIG_CGROUPS=y"
+    echo "CONFIG_MEMCG=y"
+    echo "CONFIG_TRANSPARENT_HUGEPAGE=y"
+    echo "CONFIG_MEMORY_FAILURE=y"
+    [ "$a" = parisc ] && { echo "CONFIG_PA8X00=y"; echo "CONFIG_64BIT=y"; }
+    if [ "$opt" = on ]; then echo "CONFIG_PAGE_REUSE=y"; else echo "# CONFIG_PAGE_REUSE is not set"; fi
+  } >"$cfg"
+  local base=tinyconfig
+  [ "$a" = mips ] && base=64r2_defconfig   # a 64-bit MIPS (tinyconfig is 32-bit)
+  local mk=(make -s -C "$src" O="$out" ARCH="$a" CROSS_COMPILE="$t-" CC="ccache $t-gcc" HOSTCC="ccache gcc" -j"$jobs")
+  (
+    export CCACHE_DIR=$cache/ccache CCACHE_BASEDIR=$src CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+    "${mk[@]}" $base >/dev/null &&
+    (cd "$out" && "$src/scripts/kconfig/merge_config.sh" -m -O "$out" .config "$cfg" >/dev/null) &&
+    "${mk[@]}" olddefconfig >/dev/null &&
+    if [ "$opt" = on ] && ! grep -qx CONFIG_PAGE_REUSE=y "$out/.config"; then
+      echo "CONFIG_PAGE_REUSE did not stick (64BIT/MMU?)"; exit 1; fi &&
+    nice -n 19 "${mk[@]}" prepare &&
+    local objs="mm/mmap.o mm/madvise.o mm/memory.o mm/mmu_gather.o mm/swap.o fs/proc/task_mmu.o kernel/fork.o" &&
+    { grep -qx CONFIG_TRANSPARENT_HUGEPAGE=y "$out/.config" && objs+=" mm/huge_memory.o" || true; } &&
+    { grep -qx CONFIG_NUMA=y "$out/.config" && objs+=" mm/mempolicy.o" || true; } &&
+    { [ "$opt" = on ] && objs+=" mm/page_reuse.o" || true; } &&
+    nice -n 19 "${mk[@]}" $objs &&
+    # The uapi headers: the flag and the advice defined, the flag unlike
+    # every other MAP_ bit of the architecture.
+    nice -n 19 "${mk[@]}" headers_install INSTALL_HDR_PATH="$out/usr" >/dev/null &&
+    printf '#include <linux/mman.h>\n#if !defined(MAP_PAGE_REUSE) || MADV_PAGE_REUSE != 26 || MADV_NO_PAGE_REUSE != 27\n#error uapi\n#endif\n_Static_assert(!(MAP_PAGE_REUSE & (MAP_SHARED | MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS | MAP_GROWSDOWN | MAP_DENYWRITE | MAP_EXECUTABLE | MAP_LOCKED | MAP_NORESERVE | MAP_POPULATE | MAP_NONBLOCK | MAP_STACK | MAP_HUGETLB | MAP_FIXED_NOREPLACE)), "MAP_PAGE_REUSE overlaps");\n' |
+      "$t-gcc" -fsyntax-only -nostdinc -I"$out/usr/include" -x c -
+  ) >"$log" 2>&1
+}
+
+cross() {
+  ensure_source
+  local arches=("$@") a p src missing=() st=0 t0
+  ((${#arches[@]})) || read -r -a arches <<<"${LOCUS_CROSS_ARCHES:-arm64 alpha mips parisc}"
+  for a in "${arches[@]}"; do
+    cross_triplet "$a" >/dev/null || die "cross: no cross compiler known for $a (xtensa: none in Debian)"
+    for p in $(cross_packages "$a"); do
+      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+    done
+  done
+  if ((${#missing[@]})); then
+    command -v apt-get >/dev/null 2>&1 || skip "cross: ${missing[*]} not installed and there is no apt-get"
+    say "cross: installing ${missing[*]} (apt-get)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } >&2 ||
+      skip "cross: cannot install ${missing[*]}"
+  fi
+  src=$(cross_tree) || exit 1
+  for a in "${arches[@]}"; do
+    for p in on off; do
+      t0=$SECONDS
+      if cross_one "$a" "$p" "$src"; then
+        say "cross: $a PAGE_REUSE=$p ok ($((SECONDS - t0)) s)"
+      else
+        tail -15 "$cache/cross/$a-$p.log" >&2
+        say "cross: $a PAGE_REUSE=$p FAILED ($((SECONDS - t0)) s; log: $cache/cross/$a-$p.log)"; st=1
+      fi
+    done
+  done
+  return $st
 }
 
 pkg_version() { dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null; }
@@ -192,6 +312,7 @@ guest_tests() {
 
 case "$cmd" in
   key) ensure_source; key ;;
+  cross) cross "$@" ;;
   build) build ;;
   image) image ;;
   boot)
@@ -212,6 +333,21 @@ case "$cmd" in
     # The same tests on a stock kernel: the advice is rejected, nothing is reused.
     bash "$repo/tests/kernel/run_guest.sh" --stock; st=$?
     ((st == 0 || st == 77)) || { say "kernel guest tests FAILED (stock kernel)"; exit 1; }
-    say "kernel guest tests passed" ;;
+    say "kernel guest tests passed"
+    # Cross-builds of what the series touches (arm64 alpha mips parisc, the
+    # option on and off; ~2-3 min per build on 2 quiet cores, cached):
+    # only while the kernel step leaves CI time for them, and within a
+    # bound; a compile error fails CI, a machine too slow skips them.
+    if ((SECONDS > ${LOCUS_CROSS_START_LIMIT:-2400})); then
+      say "cross-builds skipped: the kernel step already took $SECONDS s (LOCUS_CROSS_START_LIMIT)"
+      exit 0
+    fi
+    timeout "${LOCUS_CROSS_TIMEOUT:-1800}" bash "$0" cross; st=$?
+    case $st in
+      0) say "cross-builds passed" ;;
+      77) say "cross-builds skipped (reason above)" ;;
+      124) say "cross-builds skipped: not done within ${LOCUS_CROSS_TIMEOUT:-1800} s (LOCUS_CROSS_TIMEOUT)" ;;
+      *) say "cross-builds FAILED"; exit 1 ;;
+    esac ;;
   *) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -76,7 +76,7 @@ void os_features_probe(void) {
     f.madv_free = advice_works(page, f.page_size, MADV_FREE);
     /* An emulator (qemu-user) may accept any advice: a value no kernel
      * defines must fail for the answer to mean anything. */
-    bool validates = !advice_works(page, f.page_size, OS_MADV_PAGE_REUSE + 1);
+    bool validates = !advice_works(page, f.page_size, 0x4c50);
     f.page_reuse = validates && advice_works(page, f.page_size, OS_MADV_PAGE_REUSE);
     munmap(page, f.page_size);
   }

@@ -238,9 +238,9 @@ typedef enum { THP_UNSUPPORTED = 0, THP_NEVER, THP_MADVISE, THP_ALWAYS } thp_mod
 /* The madvise advice of locus's kernel page-reuse series (kernel/): memory
  * freed in a range so marked may come back to the same process without being
  * cleared. A stock kernel rejects the advice with EINVAL. */
-#define OS_MADV_PAGE_REUSE 0x4c4f
-/* The same as an mmap flag, for private anonymous mappings (the series
- * rejects it elsewhere; a stock kernel ignores it: probe with the advice). */
+#define OS_MADV_PAGE_REUSE 26
+/* The same as an mmap flag, for private anonymous mappings (ignored
+ * elsewhere, as by a stock kernel: probe with the advice). */
 #define OS_MAP_PAGE_REUSE 0x200000
 
 typedef struct {

@@ -41,6 +41,20 @@ mkdir -p "$out"
 cc=${CC:-cc}
 $cc -O2 -Wall -Wextra -static -o "$out/page_reuse_test" "$here/page_reuse_test.c" || { say "cannot build page_reuse_test"; exit 1; }
 $cc -O2 -Wall -Wextra -o "$out/calloc_test" "$here/calloc_test.c" || { say "cannot build calloc_test"; exit 1; }
+$cc -O2 -Wall -Wextra -static -o "$out/page_reuse_mm_test" "$here/page_reuse_mm_test.c" || { say "cannot build page_reuse_mm_test"; exit 1; }
+# The series' kselftest (tools/testing/selftests/mm/page_reuse.c, added
+# whole by patch 0004: taken from the patch, whatever series the cached tree
+# has applied), with kselftest.h from the kernel source tree.
+ktree=${LOCUS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/locus}/kernel/work/linux-source-6.12
+kpatch=$(ls "$repo"/kernel/0*-selftests-mm-add-a-page_reuse-test.patch 2>/dev/null | head -1)
+ksft=()
+if [ $mode = patched ] && [ -n "$kpatch" ] && [ -f "$ktree/tools/testing/selftests/kselftest.h" ]; then
+  awk '/^\+\+\+ b\/tools\/testing\/selftests\/mm\/page_reuse.c/ {f=1; next}
+       f && /^@@/ {next} f && /^\+/ {print substr($0, 2); next} f {exit}' "$kpatch" >"$out/ksft_page_reuse.c"
+  $cc -O2 -Wall -static -I"$ktree/tools/testing/selftests/mm" -o "$out/ksft_page_reuse" "$out/ksft_page_reuse.c" ||
+    { say "cannot build the page_reuse kselftest"; exit 1; }
+  ksft=(--file "$out/ksft_page_reuse:/ksft_page_reuse")
+fi
 lib=${LOCUS_LIB:-}
 if [ -z "$lib" ]; then
   if [ ! -f "$out/locus/liblocus.so" ]; then
@@ -51,8 +65,8 @@ if [ -z "$lib" ]; then
   fi
   lib=$out/locus/liblocus.so
 fi
-files=(--file "$out/page_reuse_test:/page_reuse_test" --file "$out/calloc_test:/calloc_test"
-       --file "$lib:/liblocus.so" --file "$here/guest_tests.sh:/guest_tests.sh")
+files=(--file "$out/page_reuse_test:/page_reuse_test" --file "$out/page_reuse_mm_test:/page_reuse_mm_test" --file "$out/calloc_test:/calloc_test"
+       --file "$lib:/liblocus.so" --file "$here/guest_tests.sh:/guest_tests.sh" "${ksft[@]}")
 if [ -n "$bench" ]; then
   bdir=${LOCUS_BENCH_DIR:-$repo/build/bench}
   for w in timestep hera; do
@@ -60,6 +74,10 @@ if [ -n "$bench" ]; then
   done
 fi
 envs=()
-exec bash "$repo/tests/numa/guest/run.sh" --nodes 2 --cpus 2 --mem-per-node "${gmem:-512M}" \
+# movablecore=: half of the memory in ZONE_MOVABLE, so that the offline test
+# finds blocks holding pooled pages that may go offline.
+append=()
+[ $mode = patched ] && append=(--append "movablecore=50%")
+exec bash "$repo/tests/numa/guest/run.sh" --nodes 2 --cpus 2 --mem-per-node "${gmem:-512M}" "${append[@]}" \
   --timeout "${LOCUS_KERNEL_TEST_TIMEOUT:-$([ -n "$bench" ] && echo 3600 || echo 900)}" --kernel "$img" "${files[@]}" "${envs[@]}" \
   -- /bin/sh /guest_tests.sh "$mode" $bench

@@ -1,0 +1,541 @@
+/* Guest tests of what an mm review found in the MAP_PAGE_REUSE series
+ * (kernel/, issue 27), run inside the QEMU guest by guest_tests.sh.  Static,
+ * no locus; each test runs in a child process of its own (a fresh mm, so an
+ * empty pool).
+ *
+ *   page_reuse_mm_test TEST...   uapi optout memcg hwpoison offline
+ *
+ * Each test prints "PASS name (...)" or "FAIL name: why"; exit 0 when all
+ * passed.  The tests are for the patched kernel: on the series before the
+ * review fixes each of them fails (docs/kernel.md, "Review fixes").
+ *
+ *   uapi      MAP_SHARED|MAP_PAGE_REUSE is accepted and ignored (as before
+ *             the series), so is the bit on a private file mapping; the
+ *             advice is 26/27 (after MADV_COLLAPSE, 25), 0x4c4f is EINVAL
+ *   optout    one munmap over a flagged vma and a MADV_NO_PAGE_REUSE vma
+ *             pools none of the opted-out pages, and a later flagged
+ *             mapping sees none of their data
+ *   memcg     in a cgroup with memory.max=64M, faulting and unmapping
+ *             640 MiB: the pool stays inside memory.current <= memory.max,
+ *             no oom; a cgroup that really runs out has an oom kill
+ *   hwpoison  a pooled page (order 0, and a page of a pooled THP) poisoned
+ *             through /sys/devices/system/memory/hard_offline_page is never
+ *             mapped again
+ *   offline   a movable memory block holding pooled pages goes offline in
+ *             under 5 s (the guest boots with movablecore=)
+ *   cpuset    a task whose cpuset allows only node 1 gets no pooled page
+ *             of node 0 (it freed them before it moved) */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The uapi of the fixed series (include/uapi/asm-generic/mman-common.h). */
+#define MAP_PAGE_REUSE_ 0x200000
+#define MADV_PAGE_REUSE_ 26
+#define MADV_NO_PAGE_REUSE_ 27
+#define OLD_MADV_PAGE_REUSE 0x4c4f /* the numbers before the review */
+#define OLD_MADV_NO_PAGE_REUSE 0x4c4e
+
+#define PG 4096UL
+#define HPG (2UL << 20)
+
+#define FAIL(...)                                  \
+  do {                                             \
+    printf("FAIL %s: ", test_name);                \
+    printf(__VA_ARGS__);                           \
+    printf("\n");                                  \
+    fflush(stdout);                                \
+    exit(1);                                       \
+  } while (0)
+#define PASS(...)                                  \
+  do {                                             \
+    printf("PASS %s", test_name);                  \
+    printf(__VA_ARGS__);                           \
+    printf("\n");                                  \
+    fflush(stdout);                                \
+    exit(0);                                       \
+  } while (0)
+#define SKIP(...)                                  \
+  do {                                             \
+    printf("SKIP %s: ", test_name);                \
+    printf(__VA_ARGS__);                           \
+    printf("\n");                                  \
+    fflush(stdout);                                \
+    exit(0);                                       \
+  } while (0)
+static const char *test_name;
+/* The advice the running kernel takes: 26/27, or the numbers before the
+ * review (so that the other tests show the old series' behaviour, not only
+ * its uapi). */
+static int madv_reuse = MADV_PAGE_REUSE_, madv_noreuse = MADV_NO_PAGE_REUSE_;
+
+static long status_value(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  size_t n = strlen(key);
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n) && line[n] == ':') { v = strtol(line + n + 1, NULL, 10); break; }
+  fclose(f);
+  return v;
+}
+
+static int read_file(const char *path, char *buf, size_t len) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return -1;
+  ssize_t r = read(fd, buf, len - 1);
+  close(fd);
+  if (r < 0) return -1;
+  buf[r] = 0;
+  return 0;
+}
+static long read_long(const char *path) {
+  char b[64];
+  return read_file(path, b, sizeof b) ? -1 : strtol(b, NULL, 0);
+}
+static int write_file(const char *path, const char *s) {
+  int fd = open(path, O_WRONLY);
+  if (fd < 0) return -errno;
+  ssize_t r = write(fd, s, strlen(s));
+  int e = errno;
+  close(fd);
+  return r == (ssize_t)strlen(s) ? 0 : -e;
+}
+/* "key value" in a flat keyed file (memory.events), -1 when absent. */
+static long keyed_value(const char *path, const char *key) {
+  char buf[1024], *p;
+  size_t n = strlen(key);
+  if (read_file(path, buf, sizeof buf)) return -1;
+  for (p = buf; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+    if (!strncmp(p, key, n) && p[n] == ' ') return strtol(p + n + 1, NULL, 10);
+  return -1;
+}
+
+static int smaps_has_pr(void *addr) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  char line[512];
+  int in = 0, r = -1;
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long a, b;
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      in = a == (unsigned long)addr;
+      continue;
+    }
+    if (in && !strncmp(line, "VmFlags:", 8)) { r = strstr(line, " pr") != NULL; break; }
+  }
+  fclose(f);
+  return r;
+}
+
+static void *map_anon(size_t len, int extra) {
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+/* len bytes (a multiple of 2 MiB), 2 MiB aligned, MADV_HUGEPAGE. */
+static char *map_huge(size_t len, int extra) {
+  char *raw = map_anon(len + HPG, extra);
+  if (!raw) return NULL;
+  char *a = (char *)(((uintptr_t)raw + HPG - 1) & ~(HPG - 1));
+  if (a > raw) munmap(raw, a - raw);
+  munmap(a + len, raw + HPG - a);
+  madvise(a, len, MADV_HUGEPAGE);
+  return a;
+}
+
+/* The PFN of the page at p (root sees PFNs in pagemap), 0 if not present. */
+static uint64_t pfn_of(void *p) {
+  static int fd = -1;
+  uint64_t e;
+  if (fd < 0) fd = open("/proc/self/pagemap", O_RDONLY);
+  if (fd < 0) return 0;
+  if (pread(fd, &e, 8, (off_t)((uintptr_t)p / PG) * 8) != 8) return 0;
+  return (e >> 63) & 1 ? e & ((1ULL << 55) - 1) : 0;
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* ---- uapi ---------------------------------------------------------------- */
+static void test_uapi(void) {
+  size_t len = 16 * PG;
+  void *s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_PAGE_REUSE_, -1, 0);
+  if (s == MAP_FAILED) FAIL("MAP_SHARED|MAP_ANONYMOUS|0x200000 failed (%s): before the series MAP_SHARED dropped unknown flags", strerror(errno));
+  if (smaps_has_pr(s) != 0) FAIL("a shared mapping got VM_PAGE_REUSE");
+  munmap(s, len);
+  s = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_ANONYMOUS | MAP_PAGE_REUSE_, -1, 0);
+  if (s != MAP_FAILED) FAIL("MAP_SHARED_VALIDATE|MAP_PAGE_REUSE accepted");
+  int fd = open("/proc/self/exe", O_RDONLY);
+  if (fd < 0) FAIL("open /proc/self/exe: %s", strerror(errno));
+  s = mmap(NULL, PG, PROT_READ, MAP_PRIVATE | MAP_PAGE_REUSE_, fd, 0);
+  if (s == MAP_FAILED) FAIL("private file mapping with the bit failed (%s): it was ignored before", strerror(errno));
+  if (smaps_has_pr(s) != 0) FAIL("a file mapping got VM_PAGE_REUSE");
+  munmap(s, PG);
+  close(fd);
+  char *g = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_GROWSDOWN | MAP_PAGE_REUSE_, -1, 0);
+  if (g == MAP_FAILED) FAIL("MAP_GROWSDOWN with the bit failed (%s)", strerror(errno));
+  if (smaps_has_pr(g) != 0) FAIL("a MAP_GROWSDOWN mapping got VM_PAGE_REUSE");
+  if (madvise(g, len, MADV_PAGE_REUSE_) == 0) FAIL("MADV_PAGE_REUSE accepted on a VM_GROWSDOWN vma");
+  munmap(g, len);
+  char *p = map_anon(len, MAP_PAGE_REUSE_);
+  if (!p || smaps_has_pr(p) != 1) FAIL("MAP_PRIVATE|MAP_ANONYMOUS|MAP_PAGE_REUSE has no pr in VmFlags");
+  munmap(p, len);
+  p = map_anon(len, 0);
+  if (madvise(p, len, MADV_PAGE_REUSE_) != 0) FAIL("MADV_PAGE_REUSE (26) on private anonymous memory: %s", strerror(errno));
+  if (smaps_has_pr(p) != 1) FAIL("no pr in VmFlags after advice 26");
+  if (madvise(p, len, MADV_NO_PAGE_REUSE_) != 0) FAIL("MADV_NO_PAGE_REUSE (27): %s", strerror(errno));
+  if (smaps_has_pr(p) != 0) FAIL("pr still in VmFlags after advice 27");
+  if (madvise(p, len, 28) == 0 || errno != EINVAL) FAIL("advice 28 accepted");
+  if (madvise(p, len, OLD_MADV_PAGE_REUSE) == 0 || madvise(p, len, OLD_MADV_NO_PAGE_REUSE) == 0)
+    FAIL("the pre-review advice numbers 0x4c4f/0x4c4e are still accepted");
+  PASS(" (MAP_SHARED and file mappings ignore the bit, GROWSDOWN too; advice 26/27)");
+}
+
+/* ---- per-vma opt-out ----------------------------------------------------- */
+#define TAG_A 0x41414141u
+#define TAG_B 0x42424242u
+static void test_optout(void) {
+  size_t n = 2048;
+  uint32_t *p = map_anon(2 * n * PG, MAP_PAGE_REUSE_);
+  if (!p) FAIL("mmap: %s", strerror(errno));
+  for (size_t i = 0; i < 2 * n; i++) {
+    uint32_t *w = (uint32_t *)((char *)p + i * PG);
+    w[2] = i < n ? TAG_A : TAG_B;
+    w[3] = (uint32_t)i;
+  }
+  if (madvise((char *)p + n * PG, n * PG, madv_noreuse) != 0) FAIL("MADV_NO_PAGE_REUSE: %s", strerror(errno));
+  if (smaps_has_pr((char *)p + n * PG) != 0) FAIL("second half still flagged");
+  long f0 = status_value("PageReuseFills");
+  if (f0 < 0) FAIL("no PageReuseFills in /proc/self/status");
+  if (munmap(p, 2 * n * PG) != 0) FAIL("munmap: %s", strerror(errno));
+  long f1 = status_value("PageReuseFills");
+  uint32_t *q = map_anon(2 * n * PG, MAP_PAGE_REUSE_);
+  long h0 = status_value("PageReuseHits");
+  size_t a = 0, b = 0;
+  /* Write faults first (they take pooled pages); a read first would map
+   * the zero page and the write then copy it. */
+  for (size_t i = 0; i < 2 * n; i++) ((volatile uint32_t *)((char *)q + i * PG))[0] = 1;
+  for (size_t i = 0; i < 2 * n; i++) {
+    uint32_t *w = (uint32_t *)((char *)q + i * PG);
+    if (w[2] == TAG_A) a++;
+    if (w[2] == TAG_B) b++;
+  }
+  long hits = status_value("PageReuseHits") - h0;
+  if (f1 - f0 > (long)n) FAIL("one munmap over a flagged and an opted-out vma pooled %ld pages (flagged: %zu)", f1 - f0, n);
+  if (b) FAIL("%zu of %zu opted-out pages came back uncleared in a flagged mapping", b, n);
+  if (a < n / 2) FAIL("only %zu of %zu flagged pages reused (%ld pooled, %ld pool hits)", a, n, f1 - f0, hits);
+  PASS(" (munmap over both pooled %ld pages, %zu flagged pages reused, 0 of %zu opted-out)", f1 - f0, a, n);
+}
+
+/* ---- memcg --------------------------------------------------------------- */
+static const char *cg = "/sys/fs/cgroup/i27";
+
+static void memcg_churn(void) {
+  /* In the cgroup: fault unflagged memory, flag it, unmap it; repeat. */
+  size_t chunk = 16UL << 20, rounds = 40;
+  long max = read_long("/sys/fs/cgroup/i27/memory.max");
+  long worst_cur = 0, worst_sum = 0, worst_pool = 0;
+  char path[128];
+  snprintf(path, sizeof path, "%s/memory.current", cg);
+  for (size_t r = 0; r < rounds; r++) {
+    char *p = map_anon(chunk, 0);
+    if (!p) FAIL("mmap: %s", strerror(errno));
+    for (size_t o = 0; o < chunk; o += PG) p[o] = (char)r;
+    if (madvise(p, chunk, madv_reuse) != 0) FAIL("MADV_PAGE_REUSE: %s", strerror(errno));
+    munmap(p, chunk);
+    long pool = status_value("PageReusePool") * 1024;
+    long cur = read_long(path);
+    if (cur > worst_cur) worst_cur = cur;
+    if (pool > worst_pool) worst_pool = pool;
+    /* Uncharged pooled pages would be memory beside memory.current. */
+    long outside = pool > cur ? pool : 0;
+    if (cur + outside > worst_sum) worst_sum = cur + outside;
+  }
+  long pool = status_value("PageReusePool") * 1024;
+  long cur = read_long(path);
+  printf("  memcg churn: %zu x %zu MiB, memory.max %ld, max memory.current %ld, max pool %ld, now pool %ld current %ld\n",
+         rounds, chunk >> 20, max, worst_cur, worst_pool, pool, cur);
+  if (worst_pool > worst_cur || pool > cur)
+    FAIL("the pool (%ld bytes at most) is not inside memory.current (%ld at most): pooled pages escape the cgroup", worst_pool, worst_cur);
+  if (worst_sum > max) FAIL("pool + charged memory reached %ld > memory.max %ld", worst_sum, max);
+  /* The pool serves the next flagged faults (the charge stays). */
+  char *q = map_anon(chunk, MAP_PAGE_REUSE_);
+  long h0 = status_value("PageReuseHits");
+  for (size_t o = 0; o < chunk; o += PG) q[o] = 1;
+  long h1 = status_value("PageReuseHits");
+  printf("  memcg reuse after churn: %ld hits of %zu faults, memory.current %ld\n", h1 - h0, chunk / PG, read_long(path));
+  exit(0);
+}
+
+static void memcg_oom(void) {
+  /* 96 MiB held in a 64M cgroup without swap: an oom kill. */
+  size_t len = 96UL << 20;
+  char *p = map_anon(len, MAP_PAGE_REUSE_);
+  for (size_t o = 0; p && o < len; o += PG) p[o] = 1;
+  exit(3); /* not killed */
+}
+
+static int run_in_cgroup(void (*fn)(void)) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    char b[32];
+    snprintf(b, sizeof b, "%d", getpid());
+    char path[128];
+    snprintf(path, sizeof path, "%s/cgroup.procs", cg);
+    if (write_file(path, b)) { printf("FAIL memcg: cannot join %s\n", cg); exit(1); }
+    fn();
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  return st;
+}
+
+static void test_memcg(void) {
+  mkdir("/sys/fs/cgroup", 0755);
+  if (mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL) != 0 && errno != EBUSY)
+    FAIL("mount cgroup2: %s", strerror(errno));
+  if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory")) FAIL("cannot enable the memory controller");
+  rmdir(cg);
+  if (mkdir(cg, 0755) != 0) FAIL("mkdir %s: %s", cg, strerror(errno));
+  char path[128];
+  snprintf(path, sizeof path, "%s/memory.max", cg);
+  if (write_file(path, "64M")) FAIL("memory.max");
+  snprintf(path, sizeof path, "%s/memory.events", cg);
+  int st = run_in_cgroup(memcg_churn);
+  long oom1 = keyed_value(path, "oom"), max1 = keyed_value(path, "max");
+  printf("  memory.events after churn: max %ld oom %ld oom_kill %ld\n", max1, oom1, keyed_value(path, "oom_kill"));
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) FAIL("the churn failed or was killed (status %#x; oom events %ld)", st, oom1);
+  if (oom1 != 0) FAIL("oom events while only the pool filled the cgroup (%ld): reclaim did not drain the pool", oom1);
+  st = run_in_cgroup(memcg_oom);
+  long kills = keyed_value(path, "oom_kill");
+  printf("  memory.events after 96 MiB held: oom %ld oom_kill %ld (child status %#x)\n", keyed_value(path, "oom"), kills, st);
+  if (!(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) || kills < 1) FAIL("a cgroup that really ran out had no oom kill");
+  rmdir(cg);
+  PASS(" (pool inside memory.current <= memory.max, no oom while pooling, an oom kill when it runs out)");
+}
+
+/* ---- cpuset -------------------------------------------------------------- */
+static int node_of(void *p) {
+  int node = -1;
+  /* get_mempolicy(MPOL_F_NODE | MPOL_F_ADDR) */
+  if (syscall(SYS_get_mempolicy, &node, NULL, 0UL, p, 3UL) != 0) return -1;
+  return node;
+}
+
+static void test_cpuset(void) {
+  const char *cs = "/sys/fs/cgroup/i27cs";
+  mkdir("/sys/fs/cgroup", 0755);
+  if (mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL) != 0 && errno != EBUSY)
+    FAIL("mount cgroup2: %s", strerror(errno));
+  if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpuset")) FAIL("cannot enable the cpuset controller");
+  rmdir(cs);
+  if (mkdir(cs, 0755) != 0) FAIL("mkdir %s: %s", cs, strerror(errno));
+  char path[128];
+  snprintf(path, sizeof path, "%s/cpuset.mems", cs);
+  if (write_file(path, "1")) FAIL("cpuset.mems=1");
+  size_t n = 256;
+  char *p = map_anon(n * PG, MAP_PAGE_REUSE_);
+  for (size_t i = 0; i < n; i++) p[i * PG] = 1;
+  int n0 = 0;
+  for (size_t i = 0; i < n; i++) n0 += node_of(p + i * PG) == 0;
+  if (n0 < (int)n / 2) FAIL("only %d of %zu pages on node 0 before the move (CPU 0)", n0, n);
+  munmap(p, n * PG);
+  long pool = status_value("PageReusePool");
+  char b[32];
+  snprintf(b, sizeof b, "%d", getpid());
+  snprintf(path, sizeof path, "%s/cgroup.procs", cs);
+  if (write_file(path, b)) FAIL("cannot join %s", cs);
+  char *q = map_anon(n * PG, MAP_PAGE_REUSE_);
+  long h0 = status_value("PageReuseHits");
+  for (size_t i = 0; i < n; i++) ((volatile char *)q)[i * PG] = 1;
+  long hits = status_value("PageReuseHits") - h0;
+  int on0 = 0, on1 = 0;
+  for (size_t i = 0; i < n; i++) {
+    int nd = node_of(q + i * PG);
+    on0 += nd == 0, on1 += nd == 1;
+  }
+  write_file("/sys/fs/cgroup/cgroup.procs", b);
+  rmdir(cs);
+  if (on0) FAIL("%d of %zu pages faulted in a cpuset of node 1 are on node 0 (%ld pool hits; pool held %ld kB of node 0)", on0, n, hits, pool);
+  PASS(" (pool of %ld kB on node 0; in a cpuset of node 1: %d pages on node 1, %ld pool hits)", pool, on1, hits);
+}
+
+/* ---- hwpoison ------------------------------------------------------------ */
+static int poison(uint64_t pfn) {
+  char b[64];
+  snprintf(b, sizeof b, "%#llx", (unsigned long long)(pfn * PG));
+  return write_file("/sys/devices/system/memory/hard_offline_page", b);
+}
+
+static void test_hwpoison(void) {
+  /* CONFIG_MEMORY_FAILURE needs CONFIG_X86_MCE on x86 (kernel/config). */
+  if (access("/sys/devices/system/memory/hard_offline_page", W_OK))
+    SKIP("no /sys/devices/system/memory/hard_offline_page (kernel without CONFIG_MEMORY_FAILURE)");
+  /* Order 0: 64 flagged pages, freed to the pool, 4 of them poisoned. */
+  size_t n = 64;
+  uint64_t pfns[64], bad[4];
+  char *p = map_anon(n * PG, MAP_PAGE_REUSE_);
+  for (size_t i = 0; i < n; i++) { p[i * PG] = 1; pfns[i] = pfn_of(p + i * PG); }
+  if (!pfns[0]) FAIL("no PFN in /proc/self/pagemap");
+  long f0 = status_value("PageReuseFills");
+  munmap(p, n * PG);
+  if (status_value("PageReuseFills") - f0 < (long)n / 2) FAIL("the pages were not pooled");
+  for (int k = 0; k < 4; k++) {
+    bad[k] = pfns[k * 16];
+    int r = poison(bad[k]);
+    printf("  hard_offline_page pfn %#llx: %s\n", (unsigned long long)bad[k], r ? strerror(-r) : "ok");
+  }
+  char *q = map_anon(n * PG, MAP_PAGE_REUSE_);
+  long h0 = status_value("PageReuseHits");
+  size_t reused = 0;
+  for (size_t i = 0; i < n; i++) {
+    ((volatile char *)q)[i * PG + 1] = 1;
+    uint64_t f = pfn_of(q + i * PG);
+    for (int k = 0; k < 4; k++)
+      if (f == bad[k]) FAIL("a poisoned pooled page (pfn %#llx) was mapped again", (unsigned long long)f);
+    for (size_t j = 0; j < n; j++) reused += f == pfns[j];
+  }
+  long hits = status_value("PageReuseHits") - h0;
+  munmap(q, n * PG);
+  /* A THP: a page of a pooled 2 MiB folio poisoned. */
+  char *h = map_huge(2 * HPG, MAP_PAGE_REUSE_);
+  for (size_t o = 0; o < 2 * HPG; o += PG) h[o] = 2;
+  uint64_t hp0 = pfn_of(h), hp1 = pfn_of(h + HPG);
+  long hf0 = status_value("PageReuseHugeFills");
+  madvise(h, 2 * HPG, MADV_DONTNEED);
+  long hf = status_value("PageReuseHugeFills") - hf0;
+  size_t hbad = 0;
+  if (hf > 0) {
+    uint64_t b = hp0 + 100;
+    int r = poison(b);
+    printf("  hard_offline_page pfn %#llx (page 100 of a pooled THP): %s\n", (unsigned long long)b, r ? strerror(-r) : "ok");
+    for (size_t o = 0; o < 2 * HPG; o += HPG) ((volatile char *)h)[o + 1] = 3;
+    for (size_t o = 0; o < 2 * HPG; o += PG) {
+      uint64_t f = pfn_of(h + o);
+      if (f >= hp0 && f < hp0 + 512) hbad++;
+    }
+    if (hbad) FAIL("%zu pages of a THP with a poisoned page were mapped again (pfn %#llx..)", hbad, (unsigned long long)hp0);
+  }
+  (void)hp1;
+  PASS(" (order 0: 4 poisoned pooled pages never mapped, %zu of %zu others reused, %ld hits; THP: %ld pooled, the poisoned one not reused)",
+       reused, n - 4, hits, hf);
+}
+
+/* ---- memory offline ------------------------------------------------------ */
+static void on_alarm(int sig) { (void)sig; }
+
+static void test_offline(void) {
+  const char *mem = "/sys/devices/system/memory";
+  char path[256], buf[256];
+  snprintf(path, sizeof path, "%s/block_size_bytes", mem);
+  if (read_file(path, buf, sizeof buf)) FAIL("no %s (CONFIG_MEMORY_HOTPLUG)", path);
+  unsigned long bs = strtoul(buf, NULL, 16), per = bs / PG;
+  size_t len = 96UL << 20, n = len / PG;
+  /* On the last CPU, so on the last node: the top block of node 0 holds
+   * firmware-reserved pages in the QEMU guest and never goes offline. */
+  {
+    cpu_set_t set;
+    long last = sysconf(_SC_NPROCESSORS_ONLN) - 1;
+    CPU_ZERO(&set);
+    CPU_SET(last > 0 ? last : 0, &set);
+    sched_setaffinity(0, sizeof set, &set);
+  }
+  char *p = map_anon(len, MAP_PAGE_REUSE_);
+  uint64_t *pfns = calloc(n, sizeof *pfns);
+  for (size_t i = 0; i < n; i++) { p[i * PG] = 1; pfns[i] = pfn_of(p + i * PG); }
+  long f0 = status_value("PageReuseFills");
+  munmap(p, len);
+  long pooled = status_value("PageReuseFills") - f0;
+  /* The blocks in ZONE_MOVABLE with the most pooled pages. */
+  size_t nblocks = 0;
+  for (size_t i = 0; i < n; i++) if (pfns[i] / per + 1 > nblocks) nblocks = pfns[i] / per + 1;
+  unsigned long *count = calloc(nblocks, sizeof *count);
+  for (size_t i = 0; i < n; i++) if (pfns[i]) count[pfns[i] / per]++;
+  int tried = 0;
+  for (int attempt = 0; attempt < 8; attempt++) {
+    size_t best = 0;
+    for (size_t b = 0; b < nblocks; b++) {
+      if (!count[b]) continue;
+      snprintf(path, sizeof path, "%s/memory%zu/valid_zones", mem, b);
+      if (read_file(path, buf, sizeof buf) || !strstr(buf, "Movable")) { count[b] = 0; continue; }
+      if (count[b] > count[best]) best = b;
+    }
+    if (!count[best]) break;
+    tried++;
+    snprintf(path, sizeof path, "%s/memory%zu/state", mem, best);
+    struct sigaction sa = {.sa_handler = on_alarm};
+    sigaction(SIGALRM, &sa, NULL);
+    double t0 = now();
+    alarm(5);
+    int r = write_file(path, "offline");
+    alarm(0);
+    double t = now() - t0;
+    printf("  memory%zu (%lu pooled pages of %lu): offline %s after %.2f s\n", best, count[best], per,
+           r ? strerror(-r) : "done", t);
+    if (r == 0) {
+      int back = write_file(path, "online_movable");
+      PASS(" (memory%zu holding %lu of %ld pooled pages went offline in %.2f s; online again: %s)", best, count[best],
+           pooled, t, back ? strerror(-back) : "ok");
+    }
+    count[best] = 0;
+  }
+  if (!tried) FAIL("no block of ZONE_MOVABLE holds a pooled page (boot with movablecore=)");
+  FAIL("no movable block holding pooled pages went offline (within 5 s each, %d tried)", tried);
+}
+
+int main(int argc, char **argv) {
+  static const struct { const char *name; void (*fn)(void); } tests[] = {
+      {"uapi", test_uapi}, {"optout", test_optout}, {"memcg", test_memcg},
+      {"hwpoison", test_hwpoison}, {"offline", test_offline}, {"cpuset", test_cpuset}};
+  int failures = 0;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  /* The pool is per node and a fault takes a page of its own node: stay on
+   * CPU 0 (node 0) so that freed pages and later faults meet. */
+  {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    sched_setaffinity(0, sizeof set, &set);
+  }
+  {
+    void *p = map_anon(PG, 0);
+    if (p && madvise(p, PG, MADV_PAGE_REUSE_) != 0 && madvise(p, PG, OLD_MADV_PAGE_REUSE) == 0) {
+      madv_reuse = OLD_MADV_PAGE_REUSE;
+      madv_noreuse = OLD_MADV_NO_PAGE_REUSE;
+      printf("(the kernel takes the pre-review advice numbers 0x4c4f/0x4c4e)\n");
+    }
+    if (p) munmap(p, PG);
+  }
+  for (int a = 1; a < argc; a++) {
+    size_t t;
+    for (t = 0; t < sizeof tests / sizeof tests[0] && strcmp(tests[t].name, argv[a]); t++) {}
+    if (t == sizeof tests / sizeof tests[0]) { fprintf(stderr, "unknown test %s\n", argv[a]); return 2; }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) { test_name = tests[t].name; tests[t].fn(); exit(1); }
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      if (!WIFEXITED(st)) printf("FAIL %s: killed by signal %d\n", tests[t].name, WTERMSIG(st));
+      failures++;
+    }
+  }
+  return failures != 0;
+}
