@@ -526,17 +526,20 @@ int os_tid_cpu(long tid) {
   return field == 39 ? atoi(q) : -1;
 }
 
-/* Field 20 of /proc/self/stat: the threads of the process still running
- * (a main thread gone through pthread_exit is not counted); -1 unknown. */
+/* The threads of the process still running: field 20 of /proc/self/stat
+ * (num_threads), less the main thread when it is gone through pthread_exit
+ * (it stays counted, a zombie, field 3 'Z', until the last thread ends);
+ * -1 unknown. */
 int os_threads_live(void) {
   char buf[1024];
   if (os_read_file("/proc/self/stat", buf, sizeof buf) <= 0) return -1;
   char *q = strrchr(buf, ')');           /* after the command name, which may hold blanks */
-  if (!q) return -1;
+  if (!q || q[1] != ' ') return -1;
+  bool zombie = q[2] == 'Z';
   int field = 2;
   for (; *q && field < 20; q++)
     if (*q == ' ') field++;
-  return field == 20 ? atoi(q) : -1;
+  return field == 20 ? atoi(q) - zombie : -1;
 }
 
 static atomic_int internal_threads;

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -142,6 +143,16 @@ static void bad_value(const char *self) {
   CHECK(strstr(err, "LOCUS_KSM") != NULL, "LOCUS_KSM=bogus warns: [%s]", err);
 }
 
+static size_t resident_pages(const void *p, size_t len) {
+  unsigned char v[64 * MiB / 4096];
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095;
+  size_t n = (len + 4095) / 4096;
+  if (n > sizeof v || mincore((void *)a, n * 4096, v)) return 0;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) k += v[i] & 1;
+  return k;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--bad-child")) return bad_value_child();
   if (argc > 1 && !strcmp(argv[1], "--thread-child")) return thread_child();
@@ -168,6 +179,15 @@ int main(int argc, char **argv) {
   CHECK(!(flags_of(small) & REGION_KSM_WATCH), "a heap chunk is not");
   for (size_t i = 0; i < sz; i++) table[i] = (char)(i * 7 + i / 4096);
   memset(zero, 0, sz);
+  /* A block the program made unreadable, and one it never touched: the
+   * sampler must neither fault on the first nor fault the second in. */
+  char *hidden = malloc(sz), *untouched = malloc(64 * MiB);
+  CHECK(hidden && untouched, "malloc");
+  memset(hidden, 3, sz);
+  char *hp = (char *)(((uintptr_t)hidden + 4095) & ~(uintptr_t)4095);
+  size_t hlen = (sz - 4096) & ~(size_t)4095;
+  CHECK(mprotect(hp, hlen, PROT_NONE) == 0, "mprotect");
+  size_t res0 = resident_pages(untouched, 64 * MiB);
   if (mergeable(table) < 0) {
     printf("no VmFlags in smaps: the advice checks skipped\n");
     return TEST_DONE();
@@ -180,6 +200,13 @@ int main(int argc, char **argv) {
   ksm_auto_stats(&s0);
   for (int i = 0; i < KSM_AUTO_STABLE + 2; i++) tick();
   ksm_auto_stats_t s1;
+  ksm_auto_stats(&s1);
+  CHECK(!advised(hidden), "an unreadable block is never advised (and the sampler survived reading it)");
+  CHECK(resident_pages(untouched, 64 * MiB) <= res0, "an untouched block is not faulted in: %zu pages resident, %zu before",
+        resident_pages(untouched, 64 * MiB), res0);
+  CHECK(mprotect(hp, hlen, PROT_READ | PROT_WRITE) == 0, "mprotect back");
+  free(hidden);
+  free(untouched);
   ksm_auto_stats(&s1);
   if (!advised(table) && !s1.advices) {
     errno = 0;
