@@ -57,7 +57,10 @@ static atomic_int sampler_state;
 
 /* The child of fork has no sampler thread: the next block watched starts one. */
 static void ksm_fork_child(void) {
-  if (atomic_load(&sampler_state) == 1) atomic_store(&sampler_state, 0);
+  if (atomic_load(&sampler_state) == 1) {
+    atomic_store(&sampler_state, 0);
+    os_internal_thread(-1);            /* its count went with it: a new one counts itself */
+  }
 }
 static lock_class_t ksm_locks = {.name = "ksm auto (watched blocks)", .rank = LOCK_RANK_KSM, .lock = &K.lock,
                                  .fork_child = ksm_fork_child};
