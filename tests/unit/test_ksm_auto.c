@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -112,6 +113,33 @@ static int thread_child(void) {
   return advised(t) && mergeable(t + sz / 2) == 1 ? 0 : 4;
 }
 
+/* The sampler thread ends the process when only locus's threads are left:
+ * a fork child (whose parent's sampler is gone) starting its own sampler
+ * must not be ended by it, and a main thread gone through pthread_exit must
+ * not keep the process alive. */
+static void *late_worker(void *arg) {
+  (void)arg;
+  usleep(300000);
+  return NULL;                         /* the last program thread: the process ends now, status 0 */
+}
+static int lifetime_child(void) {
+  volatile char *p = malloc(8 * MiB);
+  memset((char *)p, 1, 8 * MiB);        /* watched: the sampler thread starts */
+  usleep(250000);
+  pid_t c = fork();
+  if (c == 0) {
+    volatile char *q = malloc(8 * MiB);
+    memset((char *)q, 2, 8 * MiB);      /* the child's own sampler starts */
+    usleep(500000);                    /* several of its ticks */
+    _exit(7);
+  }
+  int st;
+  if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st) != 7) return 5;
+  pthread_t t;
+  pthread_create(&t, NULL, late_worker, NULL);
+  pthread_exit(NULL);                  /* main ends first; the worker ends the process */
+}
+
 static int run_child(const char *self, const char *mode, const char *ksm, char *err, size_t errlen) {
   int fd[2];
   CHECK(pipe(fd) == 0, "pipe");
@@ -156,6 +184,7 @@ static size_t resident_pages(const void *p, size_t len) {
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--bad-child")) return bad_value_child();
   if (argc > 1 && !strcmp(argv[1], "--thread-child")) return thread_child();
+  if (argc > 1 && !strcmp(argv[1], "--lifetime-child")) return lifetime_child();
   if (getenv("LOCUS_TEST_EMULATOR")) {   /* qemu-user passes no merge advice to the kernel: the rule only */
     judge_sequences();
     printf("under an emulator: the sampler on real blocks skipped\n");
@@ -260,6 +289,9 @@ int main(int argc, char **argv) {
         s3.watched, s3.advised);
   /* the sampler's thread, in a process of its own (real clock) */
   char err[4096];
+  int lt = run_child("/proc/self/exe", "--lifetime-child", "auto", err, sizeof err);
+  CHECK(lt == 0, "a fork child with its own sampler lives on, and a pthread_exit-ed main's process ends with its "
+        "last thread (status %d: 5 the fork child was ended early; a hang, the sampler kept it alive)", lt);
   int st = run_child("/proc/self/exe", "--thread-child", "auto", err, sizeof err);
   CHECK(st == 0 || st == 77, "a sleeping program's constant block advised by the sampler's thread (status %d) %s", st, err);
   char json[16384];
