@@ -738,37 +738,36 @@ static int blocked(void) {
   return ov_drain("block");
 }
 
+typedef int (*send_fn)(const void *, int, MPI_Datatype, int, int, MPI_Comm);
+
+/* A send started in the background, or (post_send returned 1: a case it
+ * does not take) the blocking call after a drain, its error first. */
+static int send_started(isend_fn start, send_fn block, const void *buf, int count, MPI_Datatype dt, int dest,
+                        int tag, MPI_Comm comm) {
+  int rc = post_send(start, buf, count, dt, dest, tag, comm);
+  if (rc != 1) return rc;
+  int e = blocked();
+  rc = block(buf, count, dt, dest, tag, comm);
+  return rc == MPI_SUCCESS ? e : rc;
+}
+
 EXPORT int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
   if (ov_active() && !ov_self) {
     if (dest == MPI_PROC_NULL || direct(count, dt)) return direct_send(buf, count, dt, dest, tag, comm);
-    int rc = post_send(isend_std, buf, count, dt, dest, tag, comm);
-    if (rc != 1) return rc;
-    int e = blocked();
-    rc = PMPI_Send(buf, count, dt, dest, tag, comm);
-    return rc == MPI_SUCCESS ? e : rc;
+    return send_started(isend_std, PMPI_Send, buf, count, dt, dest, tag, comm);
   }
   return PMPI_Send(buf, count, dt, dest, tag, comm);
 }
 
 EXPORT int MPI_Ssend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-  if (ov_active() && !ov_self && dest != MPI_PROC_NULL) {   /* MPI_PROC_NULL: nothing to send */
-    int rc = post_send(isend_sync, buf, count, dt, dest, tag, comm);
-    if (rc != 1) return rc;
-    int e = blocked();
-    rc = PMPI_Ssend(buf, count, dt, dest, tag, comm);
-    return rc == MPI_SUCCESS ? e : rc;
-  }
+  if (ov_active() && !ov_self && dest != MPI_PROC_NULL)     /* MPI_PROC_NULL: nothing to send */
+    return send_started(isend_sync, PMPI_Ssend, buf, count, dt, dest, tag, comm);
   return PMPI_Ssend(buf, count, dt, dest, tag, comm);
 }
 
 EXPORT int MPI_Rsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-  if (ov_active() && !ov_self && dest != MPI_PROC_NULL) {   /* MPI_PROC_NULL: nothing to send */
-    int rc = post_send(isend_ready, buf, count, dt, dest, tag, comm);
-    if (rc != 1) return rc;
-    int e = blocked();
-    rc = PMPI_Rsend(buf, count, dt, dest, tag, comm);
-    return rc == MPI_SUCCESS ? e : rc;
-  }
+  if (ov_active() && !ov_self && dest != MPI_PROC_NULL)     /* MPI_PROC_NULL: nothing to send */
+    return send_started(isend_ready, PMPI_Rsend, buf, count, dt, dest, tag, comm);
   return PMPI_Rsend(buf, count, dt, dest, tag, comm);
 }
 

@@ -9,29 +9,10 @@
 
 #include "locus.h"
 #include "unit/check.h"
+#include "smaps.h"
 
 #define MiB ((size_t)1 << 20)
 
-/* Whether the mapping holding p has VmFlags "mg"; -1 when smaps lacks it. */
-static int mergeable(const void *p) {
-  FILE *f = fopen("/proc/self/smaps", "r");
-  CHECK(f, "smaps");
-  char line[512];
-  int in = 0, r = -1;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ' ') == line + strcspn(line, " ")) {
-      if (strchr(line, '-') < strchr(line, ' ')) in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-      continue;
-    }
-    if (in && !strncmp(line, "VmFlags:", 8)) {
-      r = strstr(line, " mg") != NULL;
-      break;
-    }
-  }
-  fclose(f);
-  return r;
-}
 
 int main(void) {
   if (getenv("LOCUS_TEST_EMULATOR")) {   /* qemu-user passes no merge advice to the kernel */

@@ -22,30 +22,11 @@
 #include "registry/registry.h"
 #include "source/ksm.h"
 #include "unit/check.h"
+#include "smaps.h"
 
 #define MiB ((size_t)1 << 20)
 #define SEC 1000000000ull
 
-/* Whether the mapping holding p has VmFlags "mg"; -1 when smaps lacks it. */
-static int mergeable(const void *p) {
-  FILE *f = fopen("/proc/self/smaps", "r");
-  CHECK(f, "smaps");
-  char line[512];
-  int in = 0, r = -1;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-      continue;
-    }
-    if (in && !strncmp(line, "VmFlags:", 8)) {
-      r = strstr(line, " mg") != NULL;
-      break;
-    }
-  }
-  fclose(f);
-  return r;
-}
 
 /* One tick of the sampler a period later; the churned block is rewritten before each. */
 static char *churned;
