@@ -39,10 +39,22 @@ typedef struct {
   uint64_t h[KSM_AUTO_SAMPLES];
 } watch_t;
 
+/* The slots are found without a scan (a large malloc/free pair under auto
+ * cost 1.6 µs instead of 0.6 µs with 400 blocks watched when both walked
+ * the table): a stack of the free slots below `top`, and an open-addressing
+ * index from a region's address to its slot (linear probing, deletion by
+ * backward shift, so no tombstones). KSM_INDEX is a power of two at least
+ * twice KSM_AUTO_SLOTS, so a probe sequence always meets an empty entry. */
+#define KSM_INDEX (2 * KSM_AUTO_SLOTS)
+_Static_assert((KSM_INDEX & (KSM_INDEX - 1)) == 0 && KSM_AUTO_SLOTS < UINT16_MAX, "index of 16-bit slot numbers");
+
 static struct {
   lock_t lock;
   size_t top;                  /* slots [0, top) have been used */
+  size_t nfree;                /* free slots below top, in `free` */
   size_t cursor;               /* the next slot the sampler looks at */
+  uint16_t free[KSM_AUTO_SLOTS];
+  uint16_t index[KSM_INDEX];   /* slot + 1 of a watched region; 0: empty */
   _Atomic uint64_t next_ns;    /* the next tick */
   atomic_size_t watched, advised, advised_bytes, advices, withdrawals, zero_advices, pages, samples, full;
   watch_t w[KSM_AUTO_SLOTS];
@@ -67,6 +79,39 @@ static lock_class_t ksm_locks = {.name = "ksm auto (watched blocks)", .rank = LO
 __attribute__((constructor(101))) static void ksm_locks_register(void) {
   lock_init(&K.lock, LOCK_RANK_KSM);
   lock_class_register(&ksm_locks);
+}
+
+/* The index entry a region hashes to (regions are page-aligned and a slice
+ * long at least: the bits above the slice tell them apart). K.lock held. */
+static size_t index_home(const region_t *r) {
+  return (size_t)((((uintptr_t)r >> 20) * UINT64_C(0x9e3779b97f4a7c15)) >> 32) & (KSM_INDEX - 1);
+}
+/* The entry holding r's slot, or KSM_INDEX when r is not watched. */
+static size_t index_find(const region_t *r) {
+  for (size_t e = index_home(r);; e = (e + 1) & (KSM_INDEX - 1)) {
+    if (!K.index[e]) return KSM_INDEX;
+    if (K.w[K.index[e] - 1].r == r) return e;
+  }
+}
+static void index_add(const region_t *r, size_t slot) {
+  size_t e = index_home(r);
+  while (K.index[e]) e = (e + 1) & (KSM_INDEX - 1);
+  K.index[e] = (uint16_t)(slot + 1);
+}
+/* Empties entry e and moves back the entries after it that probing could no
+ * longer reach (Knuth's algorithm R): every watched region stays reachable
+ * from its home entry without gaps. */
+static void index_remove(size_t e) {
+  K.index[e] = 0;
+  for (size_t j = (e + 1) & (KSM_INDEX - 1); K.index[j]; j = (j + 1) & (KSM_INDEX - 1)) {
+    size_t home = index_home(K.w[K.index[j] - 1].r);
+    /* j's entry may move to the hole e unless its home lies cyclically in (e, j]. */
+    bool stays = e < j ? (home > e && home <= j) : (home > e || home <= j);
+    if (stays) continue;
+    K.index[e] = K.index[j];
+    K.index[j] = 0;
+    e = j;
+  }
 }
 
 static inline void bump(atomic_size_t *c, size_t n) { atomic_fetch_add_explicit(c, n, memory_order_relaxed); }
@@ -115,15 +160,17 @@ static void sampler_start(void) {
 void ksm_watch(region_t *r) {
   if (!ksm_auto() || (r->flags & (REGION_USER | REGION_FILE | REGION_NEXT_TOUCH | REGION_KSM_WATCH))) return;
   lock_acquire(&K.lock);
-  size_t i = 0;
-  while (i < K.top && K.w[i].r) i++;
-  if (i == KSM_AUTO_SLOTS) {
+  size_t i;
+  if (K.nfree) i = K.free[--K.nfree];
+  else if (K.top < KSM_AUTO_SLOTS) i = K.top++;
+  else {
     lock_release(&K.lock);
     bump(&K.full, 1);
     return;
   }
-  if (i == K.top) K.top++;
+  LOCUS_ASSERT(!K.w[i].r && index_find(r) == KSM_INDEX);
   K.w[i] = (watch_t){.r = r, .t = {.need = KSM_AUTO_STABLE}};
+  index_add(r, i);
   r->flags |= REGION_KSM_WATCH;
   if (r->flags & REGION_KSM_AUTO) {    /* moved by mremap: the kernel's mapping kept the advice */
     bump(&K.advised, 1);
@@ -137,11 +184,13 @@ void ksm_watch(region_t *r) {
 void ksm_unwatch(region_t *r) {
   if (!(r->flags & REGION_KSM_WATCH)) return;   /* set and cleared by the block's owner only */
   lock_acquire(&K.lock);
-  for (size_t i = 0; i < K.top; i++) {
-    if (K.w[i].r != r) continue;
+  size_t e = index_find(r);
+  LOCUS_ASSERT(e < KSM_INDEX);         /* REGION_KSM_WATCH: it has a slot */
+  if (e < KSM_INDEX) {
+    size_t i = K.index[e] - 1u;
     K.w[i].r = NULL;
-    while (K.top && !K.w[K.top - 1].r) K.top--;
-    break;
+    index_remove(e);
+    K.free[K.nfree++] = (uint16_t)i;
   }
   r->flags &= (uint8_t)~REGION_KSM_WATCH;
   if (r->flags & REGION_KSM_AUTO) {

@@ -162,6 +162,43 @@ static size_t resident_pages(const void *p, size_t len) {
   return k;
 }
 
+/* The table's slots and index under churn: more blocks than slots, freed
+ * and made again in random order; every watched block is found again at its
+ * free (the debug build asserts it in ksm_unwatch) and the count of watched
+ * blocks follows exactly. Blocks of 1 MiB and more: each a region. */
+static void table_churn(void) {
+  enum { N = KSM_AUTO_SLOTS + 88 };
+  static char *b[N];
+  ksm_auto_stats_t s;
+  ksm_auto_stats(&s);
+  size_t base = s.watched, full0 = s.full, watched = 0;
+  for (int i = 0; i < N; i++) {
+    b[i] = malloc(2 * MiB);
+    CHECK(b[i], "malloc %d", i);
+    if (flags_of(b[i]) & REGION_KSM_WATCH) watched++;
+  }
+  ksm_auto_stats(&s);
+  CHECK(watched == KSM_AUTO_SLOTS - base && s.watched == KSM_AUTO_SLOTS, "a full table: %zu watched of %d (%zu before)",
+        s.watched, N, base);
+  CHECK(s.full - full0 == (size_t)N - watched, "the rest counted as not watched: %zu", s.full - full0);
+  unsigned seed = 12345;
+  for (int round = 0; round < 20000; round++) {
+    int i = (int)((seed = seed * 1103515245u + 12345u) >> 8) % N;
+    if (flags_of(b[i]) & REGION_KSM_WATCH) watched--;
+    free(b[i]);
+    b[i] = malloc(2 * MiB + (size_t)(seed >> 20) % 3 * MiB);
+    CHECK(b[i], "malloc in round %d", round);
+    if (flags_of(b[i]) & REGION_KSM_WATCH) watched++;
+    if (round % 997 == 0) {
+      ksm_auto_stats(&s);
+      CHECK(s.watched == base + watched, "round %d: %zu watched, %zu expected", round, s.watched, base + watched);
+    }
+  }
+  for (int i = 0; i < N; i++) free(b[i]);
+  ksm_auto_stats(&s);
+  CHECK(s.watched == base, "every churned block left the table: %zu watched, %zu before", s.watched, base);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--bad-child")) return bad_value_child();
   if (argc > 1 && !strcmp(argv[1], "--thread-child")) return thread_child();
@@ -268,6 +305,7 @@ int main(int argc, char **argv) {
   ksm_auto_stats(&s3);
   CHECK(s3.watched == 0 && s3.advised == 0 && s3.advised_bytes == 0, "nothing watched after the frees: %zu, %zu",
         s3.watched, s3.advised);
+  table_churn();
   /* the sampler's thread, in a process of its own (real clock) */
   char err[4096];
   int lt = run_child("/proc/self/exe", "--lifetime-child", "auto", err, sizeof err);
