@@ -121,6 +121,12 @@ static void heap_bind_thread(heap_t *h, int node) {
 
 static void heap_abandon(void *arg);
 
+/* The exit hook ran in this thread (set at its first call, never cleared:
+ * the thread is ending). A heap it gets afterwards is `late`. */
+static __thread bool thread_exiting;
+static size_t late_heaps;              /* heaps with `late` set (heaps_lock) */
+static void heaps_reap_late(void);
+
 /* An orphan of the thread's node, so that memory freed on a node is reused
  * on that node only: a heap keeps chunks of the node it was bound to. Caller
  * holds heaps_lock. */
@@ -139,6 +145,7 @@ heap_t *heap_get_slow(void) {
   locus_init();
   int node = topology_thread_node();
   lock_acquire(&heaps_lock);
+  if (late_heaps) heaps_reap_late();
   heap_t *h = adopt_locked(node);
   if (!h) h = heap_new_locked();
   if (!h) {                            /* the OS refused memory: malloc fails with ENOMEM */
@@ -146,6 +153,10 @@ heap_t *heap_get_slow(void) {
     return &locus_oom_heap;
   }
   heap_bind_thread(h, node);
+  if (thread_exiting) {                /* its exit hook may not run again: reaped once the thread is gone */
+    h->late = true;
+    __atomic_store_n(&late_heaps, late_heaps + 1, __ATOMIC_RELAXED);   /* peeked without the lock */
+  }
   lock_release(&heaps_lock);
   locus_tls_heap = h;
   if (exit_key_ok) pthread_setspecific(exit_key, h);    /* after the TLS store: may call calloc */
@@ -381,8 +392,10 @@ void heap_collect(heap_t *h) {
 /* Thread exit (TSD destructor). Later destructors of the same thread may still
  * allocate: they get a heap again (adopting or creating one), which is
  * abandoned again at the next destructor round. */
+static void heap_park_locked(heap_t *h);
 static void heap_abandon(void *arg) {
   heap_t *h = arg;
+  thread_exiting = true;
   if (h) uheap_capture_end(h);         /* a capture ends with its thread */
   if (!h || locus_tls_heap != h) return;
   uheap_thread_forget();               /* its sub-heaps go with h */
@@ -394,6 +407,17 @@ static void heap_abandon(void *arg) {
   small_cache_exit(h);
   locus_tls_heap = NULL;
   lock_acquire(&heaps_lock);
+  heap_park_locked(h);
+  lock_release(&heaps_lock);
+}
+
+/* A live main heap becomes an orphan, parked (heaps_lock held; its thread
+ * gave it up or is gone). */
+static void heap_park_locked(heap_t *h) {
+  if (h->late) {
+    h->late = false;
+    __atomic_store_n(&late_heaps, late_heaps - 1, __ATOMIC_RELAXED);
+  }
   heap_set_state(h, HEAP_ORPHAN);
   h->tid = 0;
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
@@ -407,7 +431,19 @@ static void heap_abandon(void *arg) {
   for (heap_t *s = h->usubs; s; s = s->next_usub) heap_collect(s);
   h->next_orphan = orphans;
   __atomic_store_n(&orphans, h, __ATOMIC_RELAXED);   /* peeked without the lock */
-  lock_release(&heaps_lock);
+}
+
+/* Late heaps whose thread is gone become orphans (heaps_lock held). Their
+ * thread's TLS went with it: the thread cache, foreign blocks included, goes
+ * back to the runs as a collector's would, and a capture it left counts no
+ * more. Called when a thread needs a heap and by locus_release/collect. */
+static void heaps_reap_late(void) {
+  for (heap_t *h = all_heaps; h && late_heaps; h = h->next_all) {
+    if (!h->late || heap_state(h) != HEAP_LIVE || !os_thread_gone(h->tid)) continue;
+    uheap_capture_drop(h);
+    small_cache_flush(h);
+    heap_park_locked(h);
+  }
 }
 
 /* An orphan has work when some thread freed into it since it was parked. */
@@ -429,9 +465,11 @@ static void orphan_collect(heap_t *h, bool wait) {
  * their empty runs and chunks go back to the sources. Holding heaps_lock
  * makes the caller the orphans' only user (adoption takes them under it). */
 void heaps_collect_orphans(bool wait) {
-  if (!__atomic_load_n(&orphans, __ATOMIC_RELAXED)) return;   /* a peek: rechecked under the lock */
+  bool late = wait && __atomic_load_n(&late_heaps, __ATOMIC_RELAXED);
+  if (!__atomic_load_n(&orphans, __ATOMIC_RELAXED) && !late) return;   /* peeks: rechecked under the lock */
   if (wait) lock_acquire(&heaps_lock);
   else if (!lock_try(&heaps_lock)) return;
+  if (late) heaps_reap_late();
   /* On request (wait: locus_release/locus_collect) every orphan is walked:
    * runs emptied by remote frees leave no trace on the stacks. */
   for (heap_t *h = orphans; h; h = h->next_orphan) {
@@ -484,8 +522,11 @@ static void heaps_fork_child(void) {
    * it has captured a user heap); its placed and user sub-heaps stay live. */
   heap_t *self = heap_thread_main();
   uheap_fork_child(locus_tls_heap);
-  for (heap_t *h = all_heaps; h; h = h->next_all)
+  for (heap_t *h = all_heaps; h; h = h->next_all) {
     if (h->main != self && h->state == HEAP_LIVE) heap_set_state(h, HEAP_DEAD);
+    if (h != self) h->late = false;    /* the threads of late heaps are not in the child */
+  }
+  late_heaps = self && self->late;
   if (self) self->tid = os_gettid();
 }
 

@@ -226,6 +226,10 @@ typedef struct heap_s {
   long tid;
   int node;
   int state;                   /* heap_state_t */
+  /* Main heap bound to a thread after that thread's exit hook ran (a TSD
+   * destructor of the last round allocating: the hook is not called again).
+   * Under heaps_lock; heaps_reap_late parks it once its thread is gone. */
+  bool late;
   unsigned debug_ticks;        /* LOCUS_DEBUG: slow-path operations since the last validation */
   unsigned cache_ticks;        /* the thread cache's calls to heap_cache_tick */
   /* statistics, relaxed atomics: the owner writes, reports read */

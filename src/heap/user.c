@@ -764,6 +764,13 @@ void uheap_capture_end(heap_t *main) {
   locus_tls_heap = main;
 }
 
+void uheap_capture_drop(heap_t *main) {
+  heap_t *t = main->capture;
+  if (!t || !t->user) return;
+  atomic_fetch_sub(&t->user->captures, 1);
+  t->user = NULL;
+}
+
 void *uheap_captured_alloc(heap_t *tramp, size_t size, size_t align, bool zero) {
   if (in_user) return heap_alloc(tramp->main, size, align, zero);
   return uheap_alloc(tramp->user, size, align, zero);

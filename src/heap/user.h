@@ -51,6 +51,8 @@ void *uheap_captured_alloc(heap_t *tramp, size_t size, size_t align, bool zero);
 void uheap_thread_forget(void);
 /* Thread exit: ends the thread's capture; its heap pointer is the main heap again. */
 void uheap_capture_end(heap_t *main);
+/* The same for a main heap whose thread is gone (its TLS with it). */
+void uheap_capture_drop(heap_t *main);
 int uheap_stats(uheap_t *u, locus_stats_t *st);
 /* fork() child: capture counts are the forking thread's own (tls: its heap pointer). */
 void uheap_fork_child(const heap_t *tls);

@@ -573,6 +573,12 @@ uint64_t os_random(void) {
 }
 
 long os_gettid(void) { return syscall(SYS_gettid); }
+bool os_thread_gone(long tid) {
+  int e = errno;
+  bool gone = syscall(SYS_tgkill, getpid(), tid, 0) == -1 && errno == ESRCH;
+  errno = e;
+  return gone;
+}
 int os_getpid(void) { return (int)getpid(); }
 
 /* Asymmetric fences (membarrier, private expedited): registered once at

@@ -193,6 +193,10 @@ bool os_read_self(void *dst, const void *src, size_t len);
 /* ---- processes, threads, files ------------------------------------------ */
 uint64_t os_random(void);
 long os_gettid(void);
+/* Whether thread tid of this process is gone (tgkill with signal 0 says
+ * ESRCH). A live thread is never called gone; a gone one may be called
+ * alive when a new thread took its number. errno kept. */
+bool os_thread_gone(long tid);
 int os_getpid(void);
 /* Every running thread of the process executes a full memory barrier before
  * this returns (membarrier private expedited): the other side of a fence
