@@ -122,10 +122,14 @@ static void heap_bind_thread(heap_t *h, int node) {
 static void heap_abandon(void *arg);
 
 /* The exit hook ran in this thread (set at its first call, never cleared:
- * the thread is ending). A heap it gets afterwards is `late`. */
-static __thread bool thread_exiting;
+ * the thread is ending). A heap it gets afterwards is `late`. Initial-exec
+ * like every TLS of locus: read under heaps_lock, where a __tls_get_addr
+ * that grows the thread's DTV would call malloc. */
+static LOCUS_TLS bool thread_exiting;
 static size_t late_heaps;              /* heaps with `late` set (heaps_lock) */
-static void heaps_reap_late(void);
+/* Heaps made since the last sweep of all live heaps for gone threads, and
+ * the count that triggers the next one (heaps_reap_gone). */
+static size_t made_since_sweep, sweep_every = 4;
 
 /* An orphan of the thread's node, so that memory freed on a node is reused
  * on that node only: a heap keeps chunks of the node it was bound to. Caller
@@ -145,8 +149,12 @@ heap_t *heap_get_slow(void) {
   locus_init();
   int node = topology_thread_node();
   lock_acquire(&heaps_lock);
-  if (late_heaps) heaps_reap_late();
+  if (late_heaps) heaps_reap_gone(false);
   heap_t *h = adopt_locked(node);
+  if (!h && ++made_since_sweep >= sweep_every) {
+    heaps_reap_gone(true);             /* a backstop, amortised: heaps whose thread left without the hook */
+    h = adopt_locked(node);
+  }
   if (!h) h = heap_new_locked();
   if (!h) {                            /* the OS refused memory: malloc fails with ENOMEM */
     lock_release(&heaps_lock);
@@ -393,9 +401,13 @@ void heap_collect(heap_t *h) {
  * allocate: they get a heap again (adopting or creating one), which is
  * abandoned again at the next destructor round. */
 static void heap_park_locked(heap_t *h);
+/* The thread-exit hook (TSD destructor). */
+static void heap_exit_hook(void *arg) {
+  thread_exiting = true;
+  heap_abandon(arg);
+}
 static void heap_abandon(void *arg) {
   heap_t *h = arg;
-  thread_exiting = true;
   if (h) uheap_capture_end(h);         /* a capture ends with its thread */
   if (!h || locus_tls_heap != h) return;
   uheap_thread_forget();               /* its sub-heaps go with h */
@@ -433,16 +445,35 @@ static void heap_park_locked(heap_t *h) {
   __atomic_store_n(&orphans, h, __ATOMIC_RELAXED);   /* peeked without the lock */
 }
 
-/* Late heaps whose thread is gone become orphans (heaps_lock held). Their
- * thread's TLS went with it: the thread cache, foreign blocks included, goes
- * back to the runs as a collector's would, and a capture it left counts no
- * more. Called when a thread needs a heap and by locus_release/collect. */
-static void heaps_reap_late(void) {
-  for (heap_t *h = all_heaps; h && late_heaps; h = h->next_all) {
-    if (!h->late || heap_state(h) != HEAP_LIVE || !os_thread_gone(h->tid)) continue;
+/* Live main heaps whose thread is gone become orphans (heaps_lock held):
+ * the late ones, or with `all` every one (a thread whose first allocation
+ * came in the last destructor round never ran the hook, so its heap is not
+ * marked late). Their thread's TLS went with it: the thread cache, foreign
+ * blocks included, goes back to the runs as a collector's would, and a
+ * capture it left counts no more. os_thread_gone never calls a live thread
+ * gone. Called when a thread needs a heap (`all`: amortised, every
+ * sweep_every heaps made), by locus_release/collect and by a heap destroy
+ * that finds its heap captured. */
+void heaps_reap_gone(bool all) {
+  long self = os_gettid();
+  size_t live = 0, reaped = 0;
+  for (heap_t *h = all_heaps; h; h = h->next_all) {
+    if (h->place != PLACE_MAIN || h == &locus_oom_heap || heap_state(h) != HEAP_LIVE) continue;
+    live++;
+    if ((!h->late && !all) || h->tid == self || !os_thread_gone(h->tid)) continue;
     uheap_capture_drop(h);
     small_cache_flush(h);
     heap_park_locked(h);
+    live--;
+    reaped++;
+  }
+  /* The next sweep: at the next heap to make when this one found some
+   * (threads that leave without the hook tend to come in numbers), else
+   * after half as many heaps made as are live, at least 4: O(1) system
+   * calls per heap made. */
+  if (all) {
+    made_since_sweep = 0;
+    sweep_every = reaped ? 1 : live / 2 > 4 ? live / 2 : 4;
   }
 }
 
@@ -465,11 +496,10 @@ static void orphan_collect(heap_t *h, bool wait) {
  * their empty runs and chunks go back to the sources. Holding heaps_lock
  * makes the caller the orphans' only user (adoption takes them under it). */
 void heaps_collect_orphans(bool wait) {
-  bool late = wait && __atomic_load_n(&late_heaps, __ATOMIC_RELAXED);
-  if (!__atomic_load_n(&orphans, __ATOMIC_RELAXED) && !late) return;   /* peeks: rechecked under the lock */
+  if (!wait && !__atomic_load_n(&orphans, __ATOMIC_RELAXED)) return;   /* a peek: rechecked under the lock */
   if (wait) lock_acquire(&heaps_lock);
   else if (!lock_try(&heaps_lock)) return;
-  if (late) heaps_reap_late();
+  if (wait) heaps_reap_gone(true);     /* on request: every heap whose thread is gone */
   /* On request (wait: locus_release/locus_collect) every orphan is walked:
    * runs emptied by remote frees leave no trace on the stacks. */
   for (heap_t *h = orphans; h; h = h->next_orphan) {
@@ -574,7 +604,7 @@ void locus_init(void) {
   if (!locus_free_key) locus_free_key = os_random() | 1;   /* freed blocks carry tags made with it */
   /* Without the key, exiting threads keep their heaps instead of handing
    * them on: a leak, never a corruption. */
-  if (!exit_key_ok) exit_key_ok = pthread_key_create(&exit_key, heap_abandon) == 0;
+  if (!exit_key_ok) exit_key_ok = pthread_key_create(&exit_key, heap_exit_hook) == 0;
   if (!exit_key_ok)
     locus_warn("no thread-exit hook (pthread_key_create failed): heaps of exited threads are not reused");
   atomic_store_explicit(&locus_init_state, INIT_DONE, memory_order_release);

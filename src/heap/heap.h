@@ -380,6 +380,9 @@ void heap_adapt_tick(heap_t *h);
 /* The thread cache's share of the ticks (small_free_local): every 32nd call
  * gives the controller its tick, without the debug build's validation. */
 void heap_cache_tick(heap_t *h);
+/* Parks the live main heaps whose thread is gone (heaps_lock held): the
+ * late ones, or with `all` every one (heap.c). */
+void heaps_reap_gone(bool all);
 static inline void heap_debug_tick(heap_t *h) {
   unsigned t = ++h->debug_ticks;
   if (unlikely((t & 31) == 0)) heap_adapt_tick(h);

@@ -680,6 +680,9 @@ void uheap_drop(locus_heap_t *h, bool keep, const char *fn) {
   /* The heap list's lock keeps out what else walks sub-heaps: adoption,
    * a thread's exit, collectors of orphans, reports. */
   heaps_lock_all();
+  /* A capture by a thread that is gone (its heap late or unhooked: heap.c)
+   * is dropped by the reaper, not held against the destroy. */
+  if (!keep && atomic_load(&u->captures)) heaps_reap_gone(true);
   lock_acquire(&u->lock);
   if (!keep && atomic_load(&u->captures))
     locus_fatal("%s(): heap '%s' (%p) is captured by %d thread(s)", fn, u->name, (void *)h,

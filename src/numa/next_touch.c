@@ -402,14 +402,15 @@ static void uffd_serve(uintptr_t x, long tid) {
   os_uffd_wake(uffd, (void *)(x & ~(uintptr_t)(page - 1)), page);
 }
 
+/* The userfaultfd server: started with every signal blocked (the program's
+ * signals go to its own threads); idle for a second, it checks whether the
+ * program's threads are all gone (os_internal_exit_check). */
 static void *uffd_thread(void *arg) {
   (void)arg;
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, NULL);   /* the program's signals go to its own threads */
   os_uffd_fault_t ev[16];
   for (;;) {
-    int n = os_uffd_read(uffd, ev, 16);
+    int n = os_uffd_read(uffd, ev, 16, 1000);
+    if (n == 0) os_internal_exit_check();
     if (n < 0 && errno != EINTR && errno != EAGAIN) {
       /* Most likely the program closed every descriptor (close_range): the
        * kernel dropped the registrations with the last reference, so the
@@ -419,6 +420,7 @@ static void *uffd_thread(void *arg) {
       atomic_store(&engine, 2);
       locus_warn("next touch: locus's userfaultfd descriptor is gone (errno %d; closed by the program?): "
                  "ranges pending now lose their contents; later marks use page protection", errno);
+      os_internal_thread_gone();
       return NULL;
     }
     for (int i = 0; i < n; i++) uffd_serve(ev[i].addr, ev[i].tid);
@@ -442,6 +444,7 @@ static void nt_fork_prepare(void) {
   signals_release(&held);
 }
 static void nt_fork_child(void) {
+  os_internal_fork_child();            /* the server thread is not in the child */
   if (uffd >= 0) os_close(uffd);
   uffd = -1;
   atomic_store(&engine, 0);
@@ -457,15 +460,9 @@ static bool engine_uffd(void) {
   if (opt != NT_OPT_PROTECT) {
     int fd = os_uffd_open(&uffd_tid);
     int err = errno;
-    pthread_t t;
-    pthread_attr_t attr;
     if (fd >= 0) {
       uffd = fd;
-      pthread_attr_init(&attr);
-      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-      pthread_attr_setstacksize(&attr, 64 * 1024);
-      err = pthread_create(&t, &attr, uffd_thread, NULL);
-      pthread_attr_destroy(&attr);
+      err = os_internal_thread_start(uffd_thread, NULL);
       if (!err) {
         atomic_store(&engine, 1);
         return true;

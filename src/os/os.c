@@ -4,6 +4,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -192,7 +195,19 @@ bool os_set_policy(void *p, size_t size, os_policy_t policy, const uint64_t *nod
     for (int i = 0; i < OS_NODE_WORDS; i++) mask[i] = nodes[i];
   long r = syscall(SYS_mbind, p, size, policy_modes[policy], policy == OS_POLICY_DEFAULT ? NULL : mask,
                    policy == OS_POLICY_DEFAULT ? 0UL : (unsigned long)(OS_NODE_WORDS * 64 + 1), 0U);
-  return r == 0;
+  if (r == 0) return true;
+  /* The NUMA calls forbidden since start-up (a seccomp filter the program
+   * installed, as container runtimes do without CAP_SYS_NICE): from now on
+   * as on a kernel without them, which the start-up probe would have found,
+   * rather than every later allocation failing. A refused node (EINVAL: a
+   * cpuset change) still fails the caller. */
+  if (errno == EPERM || errno == ENOSYS) {
+    if (__atomic_exchange_n(&os_features.numa, false, __ATOMIC_RELAXED))
+      locus_warn("the NUMA system calls are refused since start-up (mbind: errno %d); memory is no longer placed on "
+                 "nodes", errno);
+    return true;
+  }
+  return false;
 }
 
 bool os_page_nodes(void *const *pages, size_t n, int *status) {
@@ -413,13 +428,13 @@ int os_uffd_open(bool *thread_id) {
   struct uffdio_api api;
   int fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
   if (fd >= 0) {
-    int u = ioctl(fd, USERFAULTFD_IOC_NEW, O_CLOEXEC);
+    int u = ioctl(fd, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
     int saved = errno;
     close(fd);
     errno = saved;
     fd = u;
   }
-  if (fd < 0) fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);   /* needs CAP_SYS_PTRACE, or the sysctl */
+  if (fd < 0) fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);   /* needs CAP_SYS_PTRACE, or the sysctl */
   if (fd < 0) return -1;
   for (int with_tid = 1; with_tid >= 0; with_tid--) {
     memset(&api, 0, sizeof api);
@@ -431,7 +446,7 @@ int os_uffd_open(bool *thread_id) {
     }
     /* A failed handshake leaves the descriptor unusable: start again. */
     close(fd);
-    fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+    fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return -1;
   }
   close(fd);
@@ -466,9 +481,17 @@ void os_uffd_wake(int fd, void *p, size_t len) {
   ioctl(fd, UFFDIO_WAKE, &r);            /* nobody waiting, or not registered: nothing to do */
 }
 
-int os_uffd_read(int fd, os_uffd_fault_t *out, int max) {
+int os_uffd_read(int fd, os_uffd_fault_t *out, int max, int timeout_ms) {
   struct uffd_msg msg[16];
   if (max > 16) max = 16;
+  struct pollfd pf = {.fd = fd, .events = POLLIN};
+  int ready = poll(&pf, 1, timeout_ms);
+  if (ready < 0) return -1;
+  if (!ready) return 0;
+  if (pf.revents & (POLLERR | POLLNVAL)) {
+    errno = EBADF;
+    return -1;
+  }
   ssize_t n = read(fd, msg, sizeof msg[0] * (size_t)max);
   if (n < 0) return -1;
   int k = 0;
@@ -526,13 +549,56 @@ int os_tid_cpu(long tid) {
   return field == 39 ? atoi(q) : -1;
 }
 
+/* ---- locus's own threads (the KSM sampler, the userfaultfd server) ----
+ * POSIX ends a process with its last thread: locus's threads must not keep
+ * alive a process whose program threads are all gone (a main that ends with
+ * pthread_exit). Each is counted before it exists (a fork between the
+ * creation and the thread's first step must not find it uncounted) and
+ * calls os_internal_exit_check from time to time. The running threads are
+ * read from /proc/self/stat through a descriptor opened before the first
+ * such thread, so that a later chroot, a hidden /proc or a program at its
+ * descriptor limit does not blind the rule; it is checked to be this
+ * process's stat at every read (the program may close or reuse its number)
+ * and reopened in a fork child. */
+static atomic_int internal_threads;
+static atomic_int stat_fd = -1;
+static atomic_int stat_pid;
+static sigset_t program_mask;          /* the first creator's mask: exit handlers run under it */
+static atomic_bool program_mask_set, exiting;
+
+static void stat_open(void) {
+  int pid = os_getpid();
+  if (atomic_load(&stat_fd) >= 0 && atomic_load(&stat_pid) == pid) return;
+  char path[48];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  int fd = os_open(path, O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return;
+  int old = atomic_exchange(&stat_fd, fd);
+  atomic_store(&stat_pid, pid);
+  if (old >= 0 && old != fd) os_close(old);   /* a fork child's copy of the parent's */
+}
+
+/* /proc/PID/stat of this process into buf, from the kept descriptor when it
+ * still names it, else opened by path; length, or <= 0. */
+static int stat_read(char *buf, size_t len) {
+  int fd = atomic_load(&stat_fd);
+  if (fd >= 0) {
+    long n = os_pread(fd, buf, len - 1, 0);
+    if (n > 0) {
+      buf[n] = 0;
+      if (atoi(buf) == os_getpid()) return (int)n;   /* field 1: the pid */
+    }
+  }
+  return os_read_file("/proc/self/stat", buf, len);
+}
+
 /* The threads of the process still running: field 20 of /proc/self/stat
  * (num_threads), less the main thread when it is gone through pthread_exit
  * (it stays counted, a zombie, field 3 'Z', until the last thread ends);
  * -1 unknown. */
 int os_threads_live(void) {
   char buf[1024];
-  if (os_read_file("/proc/self/stat", buf, sizeof buf) <= 0) return -1;
+  if (stat_read(buf, sizeof buf) <= 0) return -1;
   char *q = strrchr(buf, ')');           /* after the command name, which may hold blanks */
   if (!q || q[1] != ' ') return -1;
   bool zombie = q[2] == 'Z';
@@ -542,8 +608,49 @@ int os_threads_live(void) {
   return field == 20 ? atoi(q) - zombie : -1;
 }
 
-static atomic_int internal_threads;
-void os_internal_thread(int delta) { atomic_fetch_add(&internal_threads, delta); }
+static bool main_thread_zombie(void) {
+  char buf[1024];
+  if (stat_read(buf, sizeof buf) <= 0) return false;
+  char *q = strrchr(buf, ')');
+  return q && q[1] == ' ' && q[2] == 'Z';
+}
+
+int os_internal_thread_start(void *(*fn)(void *), void *arg) {
+  stat_open();
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  /* The default stack, not a small one: when the program's threads are all
+   * gone, this thread runs exit, and with it the program's atexit handlers. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  if (!atomic_exchange(&program_mask_set, true)) program_mask = old;
+  atomic_fetch_add(&internal_threads, 1);
+  int err = pthread_create(&t, &attr, fn, arg);
+  if (err) atomic_fetch_sub(&internal_threads, 1);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+  return err;
+}
+
+void os_internal_thread_gone(void) { atomic_fetch_sub(&internal_threads, 1); }
+
+void os_internal_exit_check(void) {
+  int live = os_threads_live();
+  if (live <= 0 || live > atomic_load(&internal_threads)) return;
+  if (atomic_exchange(&exiting, true)) return;   /* another of locus's threads is ending the process */
+  pthread_sigmask(SIG_SETMASK, &program_mask, NULL);
+  exit(0);
+}
+
+void os_internal_fork_child(void) {
+  atomic_store(&internal_threads, 0);
+  atomic_store(&exiting, false);
+  if (atomic_load(&stat_fd) >= 0) stat_open();
+}
+
 int os_internal_threads(void) { return atomic_load(&internal_threads); }
 
 bool os_page_resident(const void *p) {
@@ -573,9 +680,13 @@ uint64_t os_random(void) {
 }
 
 long os_gettid(void) { return syscall(SYS_gettid); }
+static bool main_thread_zombie(void);
 bool os_thread_gone(long tid) {
   int e = errno;
-  bool gone = syscall(SYS_tgkill, getpid(), tid, 0) == -1 && errno == ESRCH;
+  int pid = getpid();
+  /* The main thread after pthread_exit stays a zombie, which tgkill still
+   * reaches, until the process ends: /proc says 'Z'. */
+  bool gone = tid == pid ? main_thread_zombie() : syscall(SYS_tgkill, pid, tid, 0) == -1 && errno == ESRCH;
   errno = e;
   return gone;
 }

@@ -171,18 +171,29 @@ long os_uffd_move(int fd, void *dst, void *src, size_t len);
 bool os_uffd_copy(int fd, void *dst, void *src, size_t len);   /* EEXIST counts as done */
 void os_uffd_wake(int fd, void *p, size_t len);          /* wakes the faults waiting there */
 typedef struct { uintptr_t addr; long tid; } os_uffd_fault_t;
-/* Blocks for fault messages: the number of page faults read, -1 on error. */
-int os_uffd_read(int fd, os_uffd_fault_t *out, int max);
+/* (The descriptor is non-blocking: poll needs it.) Waits up to timeout_ms for fault messages: the number of page faults
+ * read (0 on timeout), -1 on error. */
+int os_uffd_read(int fd, os_uffd_fault_t *out, int max, int timeout_ms);
 void *os_reserve(size_t len);                            /* PROT_NONE address space */
 /* Moves the pages of [p, p+len) to dst (replacing what is there), leaving p
  * mapped and empty (mremap MREMAP_DONTUNMAP). */
 bool os_move_aside(void *p, size_t len, void *dst);
 void os_release(void *p, size_t len);                    /* munmap, not counted as returned memory */
 int os_tid_cpu(long tid);                                /* the CPU a thread of this process last ran on */
-/* The process's running threads (/proc/self/stat), -1 unknown; locus's own
- * threads (sampler, next-touch) count themselves in os_internal_thread. */
+/* The process's running threads (/proc/self/stat), -1 unknown. */
 int os_threads_live(void);
-void os_internal_thread(int delta);
+/* locus's own threads (the KSM sampler, the userfaultfd server): started
+ * detached with every signal blocked and counted before they exist (0 or
+ * the pthread_create error). Each calls os_internal_exit_check from time
+ * to time: when no program thread is left, the process exits (status 0, as
+ * when a last thread ends), the exit handlers under the mask of the
+ * program thread that started the first of them. A thread that returns
+ * calls os_internal_thread_gone. A fork child has none of them: the fork
+ * hooks of their owners call os_internal_fork_child. */
+int os_internal_thread_start(void *(*fn)(void *), void *arg);
+void os_internal_thread_gone(void);
+void os_internal_exit_check(void);
+void os_internal_fork_child(void);
 int os_internal_threads(void);
 /* Whether the page holding p is resident (mincore). */
 bool os_page_resident(const void *p);

@@ -69,10 +69,8 @@ static atomic_int sampler_state;
 
 /* The child of fork has no sampler thread: the next block watched starts one. */
 static void ksm_fork_child(void) {
-  if (atomic_load(&sampler_state) == 1) {
-    atomic_store(&sampler_state, 0);
-    os_internal_thread(-1);            /* its count went with it: a new one counts itself */
-  }
+  if (atomic_load(&sampler_state) == 1) atomic_store(&sampler_state, 0);
+  os_internal_fork_child();
 }
 static lock_class_t ksm_locks = {.name = "ksm auto (watched blocks)", .rank = LOCK_RANK_KSM, .lock = &K.lock,
                                  .fork_child = ksm_fork_child};
@@ -123,13 +121,11 @@ static inline void drop(atomic_size_t *c, size_t n) { atomic_fetch_sub_explicit(
  * otherwise) and ticks. It never allocates and holds no lock while asleep. */
 static void *sampler_main(void *arg) {
   (void)arg;
-  os_internal_thread(1);
   for (;;) {
     os_sleep_ns(atomic_load_explicit(&K.watched, memory_order_relaxed) ? KSM_AUTO_TICK_NS : 10 * KSM_AUTO_TICK_NS);
     /* The program's last thread ended with pthread_exit: the process ends,
      * as POSIX says, rather than live on in locus's threads. */
-    int live = os_threads_live();
-    if (live > 0 && live <= os_internal_threads()) exit(0);
+    os_internal_exit_check();
     ksm_tick(os_clock_coarse_ns());
   }
   return NULL;
@@ -138,19 +134,9 @@ static void *sampler_main(void *arg) {
 static void sampler_start(void) {
   int s = 0;
   if (!atomic_compare_exchange_strong(&sampler_state, &s, 1)) return;
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
-  /* Created with every signal blocked: the program's signals (SIGCHLD,
-   * a sigwait-ed SIGTERM, handlers with large frames) go to its own threads. */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  int err = pthread_create(&t, &attr, sampler_main, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  pthread_attr_destroy(&attr);
+  /* Every signal blocked in it: the program's signals (SIGCHLD, a
+   * sigwait-ed SIGTERM, handlers with large frames) go to its own threads. */
+  int err = os_internal_thread_start(sampler_main, NULL);
   if (err) {
     atomic_store(&sampler_state, 2);
     locus_warn("LOCUS_KSM=auto: no sampler thread (error %d): blocks are sampled only when the program allocates", err);

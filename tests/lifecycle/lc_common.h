@@ -19,6 +19,7 @@
 #pragma weak locus_release
 #pragma weak locus_stats_get
 #pragma weak locus_collect
+#pragma weak locus_malloc_on_node
 
 static inline int lc_have_locus(void) { return locus_cached_bytes != NULL; }
 

@@ -32,6 +32,9 @@ case "$want" in
   yes)
     printf '%s\n' "$flags" | grep -qw STATIC_TLS || die "initial-exec build without the STATIC_TLS flag"
     [ "$tprel" -gt 0 ] || die "initial-exec build without a TPOFF/TPREL relocation"
+    # Every thread-local of the library is LOCUS_TLS: one reached through
+    # __tls_get_addr may call malloc (a DTV resize) inside malloc's locks.
+    [ "$desc" -eq 0 ] || die "initial-exec build with $desc dynamic-TLS relocations: a thread-local not declared LOCUS_TLS"
     ;;
   no)
     printf '%s\n' "$flags" | grep -qw STATIC_TLS && die "$lib carries STATIC_TLS: it was built with initial-exec TLS"
