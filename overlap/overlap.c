@@ -267,17 +267,19 @@ static bool wait_covering_below(uintptr_t a, uintptr_t b, bool pages, int below)
   return found;
 }
 
-/* Whether a pending request covers pages of [a, b) (no wait). */
-static bool wait_covering_test(uintptr_t a, uintptr_t b) {
+/* Whether a pending request whose protection is below `below` covers pages
+ * of [a, b) (no wait; 4: any request, 1: the receives). */
+static bool covering_test_below(uintptr_t a, uintptr_t b, int below) {
   int high = atomic_load_explicit(&ov_high, memory_order_acquire);
   for (int i = 0; i < high; i++) {
     ov_req_t *r = &reqs[i];
     if (!(atomic_load_explicit(&r->gen, memory_order_acquire) & 1)) continue;
     uintptr_t x = atomic_load_explicit(&r->pa, memory_order_relaxed), y = atomic_load_explicit(&r->pb, memory_order_relaxed);
-    if (x < b && y > a && x != y) return true;
+    if (x < b && y > a && x != y && r->prot < below) return true;
   }
   return false;
 }
+static bool wait_covering_test(uintptr_t a, uintptr_t b) { return covering_test_below(a, b, 4); }
 
 /* locus's SIGSEGV handler asks here (after next touch) about each fault. */
 static _Atomic size_t st_unguarded;
@@ -1009,30 +1011,37 @@ EXPORT int MPI_Abort(MPI_Comm comm, int code) { return PMPI_Abort(comm, code); }
  * (the kernel does not raise SIGSEGV for it). The usual I/O calls of libc
  * are interposed: when requests are pending, those on the buffer's pages
  * complete first. Other system calls: docs/overlap.md. */
-static void guard_io(const void *buf, size_t n) {
+static void guard_io(const void *buf, size_t n, bool writes) {
   if (!atomic_load_explicit(&ov_pending, memory_order_relaxed) || !n) return;
   uintptr_t a = (uintptr_t)buf & ~(uintptr_t)(ov_page - 1), b = (uintptr_t)buf + n;
+  /* A call that only reads the program's memory (write, send, ...) never
+   * fails on a read-only page: the guards of pending sends do not stop it,
+   * only those of pending receives (inaccessible pages) do. */
+  int below = writes ? 4 : 1;
   if (ov_self || ov_completing) {
     /* The runtime, in the thread that completes the pending requests (the
      * progress thread, a drain, a small call), reads or writes the
      * program's memory for one of the program's own requests (a TCP
      * writev of its MPI_Isend buffer) on a page an intercepted call
      * guards: it cannot wait for itself. As ov_fault does for the same
-     * access without a system call, the pages are unguarded (until those
-     * requests complete) and the call goes on. */
+     * access without a system call, the pages that stop the call are
+     * unguarded (until those requests complete), as little as the call
+     * needs (readable for a read: a pending send's guard stays), and the
+     * call goes on. */
     for (uintptr_t p = a; p < b; p += ov_page)
-      if (wait_covering_test(p, p + ov_page)) {
-        locus_overlap_protect((void *)p, ov_page, 3);
+      if (covering_test_below(p, p + ov_page, below)) {
+        locus_overlap_protect((void *)p, ov_page, writes ? 3 : 1);
         atomic_fetch_add_explicit(&st_unguarded, 1, memory_order_relaxed);
       }
     return;
   }
-  if (wait_covering(a, b, true)) atomic_fetch_add_explicit(&st_syscall_waits, 1, memory_order_relaxed);
+  if (wait_covering_below(a, b, true, below)) atomic_fetch_add_explicit(&st_syscall_waits, 1, memory_order_relaxed);
 }
 
-static void guard_iov(const struct iovec *iov, int cnt) {
+/* writes: the call writes the buffers (readv), else it reads them (writev). */
+static void guard_iov(const struct iovec *iov, int cnt, bool writes) {
   if (!atomic_load_explicit(&ov_pending, memory_order_relaxed)) return;
-  for (int i = 0; i < cnt; i++) guard_io(iov[i].iov_base, iov[i].iov_len);
+  for (int i = 0; i < cnt; i++) guard_io(iov[i].iov_base, iov[i].iov_len, writes);
 }
 
 #define NEXT(name) \
@@ -1041,92 +1050,92 @@ static void guard_iov(const struct iovec *iov, int cnt) {
 
 EXPORT ssize_t write(int fd, const void *buf, size_t n) {
   NEXT(write);
-  guard_io(buf, n);
+  guard_io(buf, n, false);
   return real_write(fd, buf, n);
 }
 EXPORT ssize_t read(int fd, void *buf, size_t n) {
   NEXT(read);
-  guard_io(buf, n);
+  guard_io(buf, n, true);
   return real_read(fd, buf, n);
 }
 EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
   NEXT(pwrite);
-  guard_io(buf, n);
+  guard_io(buf, n, false);
   return real_pwrite(fd, buf, n, off);
 }
 EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off) {
   NEXT(pread);
-  guard_io(buf, n);
+  guard_io(buf, n, true);
   return real_pread(fd, buf, n, off);
 }
 EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
   NEXT(pwrite64);
-  guard_io(buf, n);
+  guard_io(buf, n, false);
   return real_pwrite64(fd, buf, n, off);
 }
 EXPORT ssize_t pread64(int fd, void *buf, size_t n, off_t off) {
   NEXT(pread64);
-  guard_io(buf, n);
+  guard_io(buf, n, true);
   return real_pread64(fd, buf, n, off);
 }
 EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) {
   NEXT(writev);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, false);
   return real_writev(fd, iov, cnt);
 }
 EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) {
   NEXT(readv);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, true);
   return real_readv(fd, iov, cnt);
 }
 EXPORT ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) {
   NEXT(preadv);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, true);
   return real_preadv(fd, iov, cnt, off);
 }
 EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off) {
   NEXT(pwritev);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, false);
   return real_pwritev(fd, iov, cnt, off);
 }
 EXPORT ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off) {
   NEXT(preadv64);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, true);
   return real_preadv64(fd, iov, cnt, off);
 }
 EXPORT ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off) {
   NEXT(pwritev64);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, false);
   return real_pwritev64(fd, iov, cnt, off);
 }
 EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags) {
   NEXT(sendmsg);
-  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen);
+  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen, false);
   return real_sendmsg(fd, m, flags);
 }
 EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags) {
   NEXT(recvmsg);
-  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen);
+  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen, true);
   return real_recvmsg(fd, m, flags);
 }
 EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) {
   NEXT(send);
-  guard_io(buf, n);
+  guard_io(buf, n, false);
   return real_send(fd, buf, n, flags);
 }
 EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags) {
   NEXT(recv);
-  guard_io(buf, n);
+  guard_io(buf, n, true);
   return real_recv(fd, buf, n, flags);
 }
 EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to, socklen_t tl) {
   NEXT(sendto);
-  guard_io(buf, n);
+  guard_io(buf, n, false);
   return real_sendto(fd, buf, n, flags, to, tl);
 }
 EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from, socklen_t *fl) {
   NEXT(recvfrom);
-  guard_io(buf, n);
+  guard_io(buf, n, true);
   return real_recvfrom(fd, buf, n, flags, from, fl);
 }
 /* The program's own mprotect of a buffer in flight: the transfers on its
@@ -1136,18 +1145,18 @@ EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr 
  * thread) go straight through. */
 EXPORT int mprotect(void *addr, size_t len, int prot) {
   NEXT(mprotect);
-  if (!ov_internal && !ov_self && !ov_completing && len) guard_io(addr, len);
+  if (!ov_internal && !ov_self && !ov_completing && len) guard_io(addr, len, true);
   return real_mprotect(addr, len, prot);
 }
 /* stdio writes a large buffer straight from the program's memory. */
 EXPORT size_t fwrite(const void *buf, size_t size, size_t n, FILE *f) {
   NEXT(fwrite);
-  guard_io(buf, size * n);
+  guard_io(buf, size * n, false);
   return real_fwrite(buf, size, n, f);
 }
 EXPORT size_t fread(void *buf, size_t size, size_t n, FILE *f) {
   NEXT(fread);
-  guard_io(buf, size * n);
+  guard_io(buf, size * n, true);
   return real_fread(buf, size, n, f);
 }
 
