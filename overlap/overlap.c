@@ -506,13 +506,14 @@ static int ov_drain(const char *who) {
 typedef struct {
   uintptr_t a, b;                      /* the bytes the datatype touches */
   bool ok;                             /* extent known */
+  bool dense;                          /* the data fill [a, b): no holes between elements or fields */
 } span_t;
 
 static span_t span_of(const void *buf, int count, MPI_Datatype dt) {
-  span_t s = {0, 0, false};
+  span_t s = {0, 0, false, false};
   if (count < 0 || dt == MPI_DATATYPE_NULL) return s;
   if (count == 0) {
-    s.ok = true;
+    s.ok = s.dense = true;
     return s;
   }
   MPI_Aint lb, ext, tlb, text;
@@ -522,6 +523,11 @@ static span_t span_of(const void *buf, int count, MPI_Datatype dt) {
   s.a = (uintptr_t)buf + (intptr_t)tlb;
   s.b = s.a + (uintptr_t)((MPI_Aint)(count - 1) * ext + text);
   s.ok = s.b >= s.a;
+  /* Only the data of a datatype with holes may be read: the copy path
+   * (memcpy of [a, b)) is for dense ones; a hole may be an inaccessible
+   * page (a struct of absolute addresses over separate mappings). */
+  int sz;
+  s.dense = PMPI_Type_size(dt, &sz) == MPI_SUCCESS && (MPI_Aint)sz == text && (count == 1 || ext == text);
   return s;
 }
 
@@ -596,7 +602,7 @@ static way_t choose(const void *buf, span_t s, bool send, locus_overlap_span_t *
   if (!s.ok) return WAY_BLOCK;
   if (s.a == s.b) return WAY_EMPTY;
   if (locus_overlap_span((const void *)s.a, s.b - s.a, g) == 0) return WAY_GUARD;
-  if (send && s.b - s.a <= ov_copy_max) return WAY_COPY;
+  if (send && s.b - s.a <= ov_copy_max && s.dense) return WAY_COPY;
   return WAY_BLOCK;
 }
 
@@ -840,7 +846,7 @@ EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, int dest,
           publish(i, rr, comm, s, &g, 0, true, NULL, 0);
           rc = PMPI_Isend((char *)copy + ((uintptr_t)buf - s.a), count, dt, dest, stag, comm, &sr);
           if (rc == MPI_SUCCESS) {
-            publish(j, sr, comm, (span_t){0, 0, true}, NULL, 1, false, copy, s.b - s.a);
+            publish(j, sr, comm, (span_t){0, 0, true, true}, NULL, 1, false, copy, s.b - s.a);
             atomic_fetch_add_explicit(&st_guarded, 1, memory_order_relaxed);
             return MPI_SUCCESS;
           }
