@@ -175,6 +175,64 @@ static int cmp_cut(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
+/* The protections the program itself gave pages of guardable blocks
+ * (mprotect, interposed below): completion restores those, not read-write.
+ * Ranges of whole pages, later ones taking precedence over none (a new
+ * mprotect trims what it covers first); at most OV_PPROT of them (beyond,
+ * the protection of the newest is not kept: docs/overlap.md). Under
+ * pp_lock, taken with the program's signals held (a handler may call
+ * mprotect), inside ov_lock when both are. */
+#define OV_PPROT 64
+static struct { uintptr_t a, b; int prot; } pprot[OV_PPROT];
+static _Atomic int npprot;
+static pthread_mutex_t pp_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void pp_acquire(held_t *h) {
+  sigset_t all;
+  sigfillset(&all);
+  sigdelset(&all, SIGSEGV);
+  sigdelset(&all, SIGBUS);
+  pthread_sigmask(SIG_BLOCK, &all, &h->old);
+  pthread_mutex_lock(&pp_lock);
+}
+static void pp_release(held_t *h) {
+  pthread_mutex_unlock(&pp_lock);
+  pthread_sigmask(SIG_SETMASK, &h->old, NULL);
+}
+
+/* Removes [a, b) from the table (pp_lock held). */
+static void pp_trim(uintptr_t a, uintptr_t b) {
+  int n = atomic_load_explicit(&npprot, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    uintptr_t x = pprot[i].a, y = pprot[i].b;
+    if (y <= a || x >= b) continue;
+    if (x < a && y > b) {              /* split: the right part in a new entry if there is room */
+      if (n < OV_PPROT) {
+        pprot[n] = pprot[i];
+        pprot[n].a = b;
+        n++;
+      }
+      pprot[i].b = a;
+    } else if (x < a) {
+      pprot[i].b = a;
+    } else if (y > b) {
+      pprot[i].a = b;
+    } else {
+      pprot[i--] = pprot[--n];
+    }
+  }
+  atomic_store_explicit(&npprot, n, memory_order_release);
+}
+
+/* The program's protection of [x, y) (a range no entry's end cuts), as the
+ * library's values: 3 read-write (no entry), 1 read-only, 0 none. */
+static int pp_prot(uintptr_t x, uintptr_t y) {
+  int n = atomic_load_explicit(&npprot, memory_order_acquire);
+  for (int i = 0; i < n; i++)
+    if (pprot[i].a < y && pprot[i].b > x) return pprot[i].prot;
+  return 3;
+}
+
 static void apply_prot_locked(uintptr_t a, uintptr_t b);
 static void apply_prot(uintptr_t a, uintptr_t b) {
   ov_internal++;                       /* locus's mprotect calls come back through ours */
@@ -185,10 +243,17 @@ static void apply_prot(uintptr_t a, uintptr_t b) {
 static void apply_prot_locked(uintptr_t a, uintptr_t b) {
   /* Room for both ends of every entry (under ov_lock, so one array): a
    * cut left out would give a page the protection of a neighbour. */
-  static uintptr_t cut[2 * OV_MAX + 2];
+  static uintptr_t cut[2 * OV_MAX + 2 * OV_PPROT + 2];
   int n = 0, high = atomic_load(&ov_high);
+  held_t h;
+  bool pp = atomic_load_explicit(&npprot, memory_order_acquire) > 0;
+  if (pp) pp_acquire(&h);
   cut[n++] = a;
   cut[n++] = b;
+  for (int i = 0, np = pp ? atomic_load_explicit(&npprot, memory_order_relaxed) : 0; i < np; i++) {
+    if (pprot[i].a > a && pprot[i].a < b) cut[n++] = pprot[i].a;
+    if (pprot[i].b > a && pprot[i].b < b) cut[n++] = pprot[i].b;
+  }
   for (int i = 0; i < high; i++) {
     ov_req_t *r = &reqs[i];
     if (!(atomic_load(&r->gen) & 1)) continue;
@@ -215,6 +280,7 @@ static void apply_prot_locked(uintptr_t a, uintptr_t b) {
       uintptr_t pa = atomic_load(&r->pa), pb = atomic_load(&r->pb);
       if (pa < y && pb > x && r->prot < prot) prot = r->prot;
     }
+    if (pp) prot &= pp_prot(x, y);     /* and within what the program allowed */
     if (locus_overlap_protect((void *)x, y - x, prot) != 0) {
       /* Only for lack of kernel VMAs (vm.max_map_count): a page left
        * protected would fault for ever. Stop with a message. */
@@ -222,6 +288,7 @@ static void apply_prot_locked(uintptr_t a, uintptr_t b) {
       abort();
     }
   }
+  if (pp) pp_release(&h);
 }
 
 /* ---- waiting for requests (fault handler, free, system calls) ------------- */
@@ -317,6 +384,12 @@ static int ov_fault(void *addr, int access_error) {
 
 /* locus calls this before a memory-file block is freed or frozen. */
 static void ov_quiesce(void *start, size_t len) {
+  if (atomic_load_explicit(&npprot, memory_order_acquire)) {   /* the block's pages are no longer the program's */
+    held_t h;
+    pp_acquire(&h);
+    pp_trim((uintptr_t)start, (uintptr_t)start + len);
+    pp_release(&h);
+  }
   if (ov_self || !atomic_load_explicit(&ov_pending, memory_order_acquire)) return;
   wait_covering((uintptr_t)start, (uintptr_t)start + len, true);
   wait_covering((uintptr_t)start, (uintptr_t)start + len, false);
@@ -1146,13 +1219,35 @@ EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr 
 }
 /* The program's own mprotect of a buffer in flight: the transfers on its
  * pages complete first (else PROT_READ on a receive guard would show the
- * old data, and completion would undo the program's protection). The
- * library's own changes (apply_prot, the unguarding of a completing
- * thread) go straight through. */
+ * old data). On pages of guardable blocks the program's protection is
+ * recorded (pprot), so that later guards and completions keep within it
+ * instead of making the pages read-write. The library's own changes
+ * (apply_prot, the unguarding of a completing thread) go straight through. */
 EXPORT int mprotect(void *addr, size_t len, int prot) {
   NEXT(mprotect);
-  if (!ov_internal && !ov_self && !ov_completing && len) guard_io(addr, len, true);
-  return real_mprotect(addr, len, prot);
+  bool prog = !ov_internal && !ov_self && !ov_completing && len && ov_active();
+  if (prog) guard_io(addr, len, true);
+  int rc = real_mprotect(addr, len, prot);
+  if (prog && rc == 0) {
+    uintptr_t a = (uintptr_t)addr, b = ((uintptr_t)addr + len + ov_page - 1) & ~(uintptr_t)(ov_page - 1);
+    int p = prot & PROT_WRITE ? 3 : prot & PROT_READ ? 1 : 0;
+    locus_overlap_span_t g;
+    bool block = p != 3 && (locus_overlap_span(addr, 1, &g) == 0 || locus_overlap_span((char *)b - 1, 1, &g) == 0);
+    if (block || atomic_load_explicit(&npprot, memory_order_acquire)) {
+      held_t h;
+      pp_acquire(&h);
+      pp_trim(a, b);
+      int n = atomic_load_explicit(&npprot, memory_order_relaxed);
+      if (block && n < OV_PPROT) {
+        pprot[n].a = a;
+        pprot[n].b = b;
+        pprot[n].prot = p;
+        atomic_store_explicit(&npprot, n + 1, memory_order_release);
+      }
+      pp_release(&h);
+    }
+  }
+  return rc;
 }
 /* stdio writes a large buffer straight from the program's memory. */
 EXPORT size_t fwrite(const void *buf, size_t size, size_t n, FILE *f) {
