@@ -1249,6 +1249,20 @@ EXPORT int mprotect(void *addr, size_t len, int prot) {
   }
   return rc;
 }
+/* Advice that discards or replaces the data of a buffer in flight
+ * (MADV_REMOVE punches a hole in the memory file: the shadow the runtime
+ * sends from reads zeros): the transfers on its pages complete first, as
+ * for mprotect. Advice that keeps the data goes straight through. */
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24
+#endif
+EXPORT int madvise(void *addr, size_t len, int advice) {
+  NEXT(madvise);
+  if (len && !ov_internal && !ov_self && !ov_completing &&
+      (advice == MADV_REMOVE || advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_DONTNEED_LOCKED))
+    guard_io(addr, len, true);
+  return real_madvise(addr, len, advice);
+}
 /* stdio writes a large buffer straight from the program's memory. */
 EXPORT size_t fwrite(const void *buf, size_t size, size_t n, FILE *f) {
   NEXT(fwrite);
