@@ -1339,6 +1339,18 @@ EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
   return real(how, no_faults(how, set, &tmp), old);
 }
 
+/* A thread created with this attribute starts with its mask (glibc 2.32):
+ * the same as pthread_sigmask. */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 32)
+EXPORT int pthread_attr_setsigmask_np(pthread_attr_t *attr, const sigset_t *set) {
+  static int (*_Atomic real)(pthread_attr_t *, const sigset_t *);
+  if (!real) real = (int (*)(pthread_attr_t *, const sigset_t *))dlsym(RTLD_NEXT, "pthread_attr_setsigmask_np");
+  if (!real) return ENOSYS;
+  sigset_t tmp;
+  return real(attr, no_faults(SIG_SETMASK, set, &tmp));
+}
+#endif
+
 EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   static int (*_Atomic real)(int, const struct sigaction *, struct sigaction *);
   if (!real) real = (int (*)(int, const struct sigaction *, struct sigaction *))locus_sym("sigaction");
