@@ -981,6 +981,25 @@ static void disable(const char *why) {
   if (why) ov_warn(why);
 }
 
+/* Overlap just turned on: what the signal wrappers (below) do from now on,
+ * done to the masks set before (they were the program's until then): the
+ * calling thread's (threads it creates inherit it) and the installed
+ * handlers' sa_mask. Other threads' masks are theirs (docs/overlap.md). */
+static void keep_faults_now(void) {
+  sigset_t f;
+  sigemptyset(&f);
+  sigaddset(&f, SIGSEGV);
+  sigaddset(&f, SIGBUS);
+  pthread_sigmask(SIG_UNBLOCK, &f, NULL);
+  for (int sig = 1; sig < NSIG; sig++) {
+    struct sigaction sa;
+    if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) != 0) continue;
+    if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN) continue;
+    if (sigismember(&sa.sa_mask, SIGSEGV) == 1 || sigismember(&sa.sa_mask, SIGBUS) == 1)
+      sigaction(sig, &sa, NULL);     /* our wrapper takes them out */
+  }
+}
+
 /* After the runtime started: overlap on when it gives MPI_THREAD_MULTIPLE. */
 static void start(int provided) {
   /* Test hook (tests/overlap): a runtime that gives less than asked. */
@@ -1002,6 +1021,7 @@ static void start(int provided) {
     return;
   }
   atomic_store(&ov_state, OV_ON);
+  keep_faults_now();
 }
 
 /* From MPI_Init on, blocks large enough to be worth guarding are memory-file
@@ -1311,7 +1331,7 @@ static void *locus_sym(const char *name) {
  * SIGSEGV/SIGBUS has no other effect on faults, so with overlap on they
  * are taken out of the masks the program sets (a SIGSEGV sent with kill()
  * is then delivered rather than held: the one difference). */
-static bool keep_faults(void) { return atomic_load_explicit(&ov_state, memory_order_relaxed) != OV_OFF; }
+static bool keep_faults(void) { return ov_active(); }   /* processes that are not ranks (yet) keep their masks */
 static const sigset_t *no_faults(int how, const sigset_t *set, sigset_t *tmp) {
   if (!set || how == SIG_UNBLOCK || !keep_faults()) return set;
   *tmp = *set;

@@ -22,6 +22,9 @@
  *                 not, wait for a pending receive.
  *   attr_sigmask  (2 ranks) a thread created with pthread_attr_setsigmask_np
  *                 (every signal) reads a buffer in flight.
+ *   premask       (2 ranks) every signal blocked and a handler with a full
+ *                 sa_mask installed before MPI_Init: buffers in flight are
+ *                 read in the main thread, a new thread and the handler.
  *   nonrank       (no mpirun, no MPI_Init) a blocked SIGBUS stays blocked. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -320,6 +323,70 @@ static void c_attr_sigmask(void) {
   free(as_buf);
 }
 
+/* A rank that blocked every signal and installed a handler with a full
+ * sa_mask before MPI_Init (when the masks were still its own): from
+ * MPI_Init on, it reads a buffer in flight in its main thread, in a thread
+ * it creates and in that handler. */
+static char *volatile pm_buf;
+static volatile long pm_sum;
+static long pm_read(void) {
+  long s = 0;
+  for (size_t i = 0; i < BIG; i += 4096) s += pm_buf[i];
+  return s;
+}
+static void pm_handler(int sig) {
+  (void)sig;
+  pm_sum = pm_read();
+}
+static void *pm_worker(void *arg) {
+  (void)arg;
+  return (void *)pm_read();
+}
+static void premask_setup(void) {
+  sigset_t all;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, NULL);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = pm_handler;
+  sigfillset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+}
+static void c_premask(void) {
+  sigset_t u;
+  sigemptyset(&u);
+  sigaddset(&u, SIGUSR1);
+  pthread_sigmask(SIG_UNBLOCK, &u, NULL);
+  pm_buf = malloc(BIG);
+  for (int round = 0; round < 3; round++) {
+    if (rank == 0) {
+      memset(pm_buf, 1, BIG);
+      ms(100);
+      MPI_Send(pm_buf, BIG, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
+    } else if (rank == 1) {
+      MPI_Recv(pm_buf, BIG, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      long want = BIG / 4096, got;
+      if (round == 0) {
+        got = pm_read();
+      } else if (round == 1) {
+        pthread_t t;
+        void *res;
+        pthread_create(&t, NULL, pm_worker, NULL);
+        pthread_join(t, &res);
+        got = (long)res;
+      } else {
+        pm_sum = 0;
+        raise(SIGUSR1);
+        got = pm_sum;
+      }
+      if (got != want) FAIL("round %d: sum %ld", round, got);
+      memset(pm_buf, 0, BIG);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  free(pm_buf);
+}
+
 /* Not a rank (no MPI_Init): masks are the program's. */
 static int c_nonrank(void) {
   sigset_t s;
@@ -340,6 +407,7 @@ static int c_nonrank(void) {
 int main(int argc, char **argv) {
   which = argc > 1 ? argv[1] : "";
   if (!strcmp(which, "nonrank")) return c_nonrank();
+  if (!strcmp(which, "premask")) premask_setup();
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -350,6 +418,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(which, "madvise")) c_madvise();
   else if (!strcmp(which, "drained")) c_drained();
   else if (!strcmp(which, "attr_sigmask")) c_attr_sigmask();
+  else if (!strcmp(which, "premask")) c_premask();
   else FAIL("unknown case");
   MPI_Finalize();
   if (rank == 0) printf("ov_regress: %s ok\n", which);
