@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +85,7 @@ static void c_small_send(void) {
     if (write(fd, c + off, 4096) != 4096) FAIL("write from a send buffer");
     double t = now() - t0;
     close(fd);
-    if (t > 0.15) FAIL("write() from a send buffer waited %.3f s for the send", t);
+    if (t > 0.25) FAIL("write() from a send buffer waited %.3f s for the send", t);
     fd = open("/dev/zero", O_RDONLY);
     if (read(fd, c + off, 4096) != 4096) FAIL("read into a send buffer");   /* waits for the send */
     close(fd);
@@ -95,7 +96,7 @@ static void c_small_send(void) {
     for (size_t i = 0; i < BIG; i++)
       if (b[i] != pat(i)) FAIL("large message byte %zu is 0x%x, expected 0x%x", i, b[i], pat(i));
     MPI_Barrier(MPI_COMM_WORLD);
-    ms(300);
+    ms(500);
     MPI_Recv(c, BIG, MPI_BYTE, 0, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     for (size_t i = 0; i < BIG; i++)
       if (c[i] != pat(i)) FAIL("second message byte %zu is 0x%x, expected 0x%x", i, c[i], pat(i));
@@ -236,7 +237,8 @@ static const char *collectives[] = {
 
 static void c_drained(void) {
   int bad = 0;
-  for (int k = 0; collectives[k]; k++) {
+  bool expect = getenv("OV_EXPECT_OVERLAP") && *getenv("OV_EXPECT_OVERLAP") == '1';   /* plain MPI: libmpi's, of course */
+  for (int k = 0; expect && collectives[k]; k++) {
     Dl_info info;
     void *f = dlsym(RTLD_DEFAULT, collectives[k]);
     if (!f || !dladdr(f, &info) || !info.dli_fname || !strstr(info.dli_fname, "locus-overlap")) {
@@ -245,9 +247,9 @@ static void c_drained(void) {
       bad++;
     }
   }
-  if (bad && getenv("OV_EXPECT_OVERLAP") && *getenv("OV_EXPECT_OVERLAP") == '1') FAIL("%d collectives do not drain", bad);
+  if (bad) FAIL("%d collectives do not drain", bad);
   /* Neighbourhood collectives on a graph of this rank alone: local, so they
-   * take as long as the pending receive (its message comes 200 ms later)
+   * take as long as the pending receive (its message comes 300 ms later)
    * only when they drain. */
   MPI_Comm g;
   int self = 0, one = 1, disp = 0, w = 1;
@@ -260,11 +262,11 @@ static void c_drained(void) {
                          "Ialltoallw"};
   for (int k = 0; k < 9; k++) {
     if (rank == 0) {
-      ms(200);
+      ms(300);
       memset(b, k, BIG);
       MPI_Send(b, BIG, MPI_BYTE, 1, 5, MPI_COMM_WORLD);
     } else if (rank == 1) {
-      MPI_Recv(b, BIG, MPI_BYTE, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);   /* pending for 200 ms */
+      MPI_Recv(b, BIG, MPI_BYTE, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);   /* pending for 300 ms */
       MPI_Request rq = MPI_REQUEST_NULL;
       double t0 = now();
       switch (k) {
@@ -280,7 +282,7 @@ static void c_drained(void) {
       }
       double t = now() - t0;
       MPI_Wait(&rq, MPI_STATUS_IGNORE);
-      if (getenv("OV_EXPECT_OVERLAP") && *getenv("OV_EXPECT_OVERLAP") == '1' && t < 0.1)
+      if (expect && t < 0.1)
         FAIL("MPI_%s returned in %.3f s with a receive pending: no drain", names[k], t);
       if (b[0] != k || b[BIG - 1] != k) FAIL("MPI_%s: receive data", names[k]);
     }
