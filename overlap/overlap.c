@@ -175,6 +175,64 @@ static int cmp_cut(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
+/* The protections the program itself gave pages of guardable blocks
+ * (mprotect, interposed below): completion restores those, not read-write.
+ * Ranges of whole pages, later ones taking precedence over none (a new
+ * mprotect trims what it covers first); at most OV_PPROT of them (beyond,
+ * the protection of the newest is not kept: docs/overlap.md). Under
+ * pp_lock, taken with the program's signals held (a handler may call
+ * mprotect), inside ov_lock when both are. */
+#define OV_PPROT 64
+static struct { uintptr_t a, b; int prot; } pprot[OV_PPROT];
+static _Atomic int npprot;
+static pthread_mutex_t pp_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void pp_acquire(held_t *h) {
+  sigset_t all;
+  sigfillset(&all);
+  sigdelset(&all, SIGSEGV);
+  sigdelset(&all, SIGBUS);
+  pthread_sigmask(SIG_BLOCK, &all, &h->old);
+  pthread_mutex_lock(&pp_lock);
+}
+static void pp_release(held_t *h) {
+  pthread_mutex_unlock(&pp_lock);
+  pthread_sigmask(SIG_SETMASK, &h->old, NULL);
+}
+
+/* Removes [a, b) from the table (pp_lock held). */
+static void pp_trim(uintptr_t a, uintptr_t b) {
+  int n = atomic_load_explicit(&npprot, memory_order_relaxed);
+  for (int i = 0; i < n; i++) {
+    uintptr_t x = pprot[i].a, y = pprot[i].b;
+    if (y <= a || x >= b) continue;
+    if (x < a && y > b) {              /* split: the right part in a new entry if there is room */
+      if (n < OV_PPROT) {
+        pprot[n] = pprot[i];
+        pprot[n].a = b;
+        n++;
+      }
+      pprot[i].b = a;
+    } else if (x < a) {
+      pprot[i].b = a;
+    } else if (y > b) {
+      pprot[i].a = b;
+    } else {
+      pprot[i--] = pprot[--n];
+    }
+  }
+  atomic_store_explicit(&npprot, n, memory_order_release);
+}
+
+/* The program's protection of [x, y) (a range no entry's end cuts), as the
+ * library's values: 3 read-write (no entry), 1 read-only, 0 none. */
+static int pp_prot(uintptr_t x, uintptr_t y) {
+  int n = atomic_load_explicit(&npprot, memory_order_acquire);
+  for (int i = 0; i < n; i++)
+    if (pprot[i].a < y && pprot[i].b > x) return pprot[i].prot;
+  return 3;
+}
+
 static void apply_prot_locked(uintptr_t a, uintptr_t b);
 static void apply_prot(uintptr_t a, uintptr_t b) {
   ov_internal++;                       /* locus's mprotect calls come back through ours */
@@ -185,10 +243,17 @@ static void apply_prot(uintptr_t a, uintptr_t b) {
 static void apply_prot_locked(uintptr_t a, uintptr_t b) {
   /* Room for both ends of every entry (under ov_lock, so one array): a
    * cut left out would give a page the protection of a neighbour. */
-  static uintptr_t cut[2 * OV_MAX + 2];
+  static uintptr_t cut[2 * OV_MAX + 2 * OV_PPROT + 2];
   int n = 0, high = atomic_load(&ov_high);
+  held_t h;
+  bool pp = atomic_load_explicit(&npprot, memory_order_acquire) > 0;
+  if (pp) pp_acquire(&h);
   cut[n++] = a;
   cut[n++] = b;
+  for (int i = 0, np = pp ? atomic_load_explicit(&npprot, memory_order_relaxed) : 0; i < np; i++) {
+    if (pprot[i].a > a && pprot[i].a < b) cut[n++] = pprot[i].a;
+    if (pprot[i].b > a && pprot[i].b < b) cut[n++] = pprot[i].b;
+  }
   for (int i = 0; i < high; i++) {
     ov_req_t *r = &reqs[i];
     if (!(atomic_load(&r->gen) & 1)) continue;
@@ -215,6 +280,7 @@ static void apply_prot_locked(uintptr_t a, uintptr_t b) {
       uintptr_t pa = atomic_load(&r->pa), pb = atomic_load(&r->pb);
       if (pa < y && pb > x && r->prot < prot) prot = r->prot;
     }
+    if (pp) prot &= pp_prot(x, y);     /* and within what the program allowed */
     if (locus_overlap_protect((void *)x, y - x, prot) != 0) {
       /* Only for lack of kernel VMAs (vm.max_map_count): a page left
        * protected would fault for ever. Stop with a message. */
@@ -222,6 +288,7 @@ static void apply_prot_locked(uintptr_t a, uintptr_t b) {
       abort();
     }
   }
+  if (pp) pp_release(&h);
 }
 
 /* ---- waiting for requests (fault handler, free, system calls) ------------- */
@@ -267,17 +334,19 @@ static bool wait_covering_below(uintptr_t a, uintptr_t b, bool pages, int below)
   return found;
 }
 
-/* Whether a pending request covers pages of [a, b) (no wait). */
-static bool wait_covering_test(uintptr_t a, uintptr_t b) {
+/* Whether a pending request whose protection is below `below` covers pages
+ * of [a, b) (no wait; 4: any request, 1: the receives). */
+static bool covering_test_below(uintptr_t a, uintptr_t b, int below) {
   int high = atomic_load_explicit(&ov_high, memory_order_acquire);
   for (int i = 0; i < high; i++) {
     ov_req_t *r = &reqs[i];
     if (!(atomic_load_explicit(&r->gen, memory_order_acquire) & 1)) continue;
     uintptr_t x = atomic_load_explicit(&r->pa, memory_order_relaxed), y = atomic_load_explicit(&r->pb, memory_order_relaxed);
-    if (x < b && y > a && x != y) return true;
+    if (x < b && y > a && x != y && r->prot < below) return true;
   }
   return false;
 }
+static bool wait_covering_test(uintptr_t a, uintptr_t b) { return covering_test_below(a, b, 4); }
 
 /* locus's SIGSEGV handler asks here (after next touch) about each fault. */
 static _Atomic size_t st_unguarded;
@@ -315,6 +384,12 @@ static int ov_fault(void *addr, int access_error) {
 
 /* locus calls this before a memory-file block is freed or frozen. */
 static void ov_quiesce(void *start, size_t len) {
+  if (atomic_load_explicit(&npprot, memory_order_acquire)) {   /* the block's pages are no longer the program's */
+    held_t h;
+    pp_acquire(&h);
+    pp_trim((uintptr_t)start, (uintptr_t)start + len);
+    pp_release(&h);
+  }
   if (ov_self || !atomic_load_explicit(&ov_pending, memory_order_acquire)) return;
   wait_covering((uintptr_t)start, (uintptr_t)start + len, true);
   wait_covering((uintptr_t)start, (uintptr_t)start + len, false);
@@ -504,13 +579,14 @@ static int ov_drain(const char *who) {
 typedef struct {
   uintptr_t a, b;                      /* the bytes the datatype touches */
   bool ok;                             /* extent known */
+  bool dense;                          /* the data fill [a, b): no holes between elements or fields */
 } span_t;
 
 static span_t span_of(const void *buf, int count, MPI_Datatype dt) {
-  span_t s = {0, 0, false};
+  span_t s = {0, 0, false, false};
   if (count < 0 || dt == MPI_DATATYPE_NULL) return s;
   if (count == 0) {
-    s.ok = true;
+    s.ok = s.dense = true;
     return s;
   }
   MPI_Aint lb, ext, tlb, text;
@@ -520,6 +596,11 @@ static span_t span_of(const void *buf, int count, MPI_Datatype dt) {
   s.a = (uintptr_t)buf + (intptr_t)tlb;
   s.b = s.a + (uintptr_t)((MPI_Aint)(count - 1) * ext + text);
   s.ok = s.b >= s.a;
+  /* Only the data of a datatype with holes may be read: the copy path
+   * (memcpy of [a, b)) is for dense ones; a hole may be an inaccessible
+   * page (a struct of absolute addresses over separate mappings). */
+  int sz;
+  s.dense = PMPI_Type_size(dt, &sz) == MPI_SUCCESS && (MPI_Aint)sz == text && (count == 1 || ext == text);
   return s;
 }
 
@@ -594,7 +675,7 @@ static way_t choose(const void *buf, span_t s, bool send, locus_overlap_span_t *
   if (!s.ok) return WAY_BLOCK;
   if (s.a == s.b) return WAY_EMPTY;
   if (locus_overlap_span((const void *)s.a, s.b - s.a, g) == 0) return WAY_GUARD;
-  if (send && s.b - s.a <= ov_copy_max) return WAY_COPY;
+  if (send && s.b - s.a <= ov_copy_max && s.dense) return WAY_COPY;
   return WAY_BLOCK;
 }
 
@@ -838,7 +919,7 @@ EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, int dest,
           publish(i, rr, comm, s, &g, 0, true, NULL, 0);
           rc = PMPI_Isend((char *)copy + ((uintptr_t)buf - s.a), count, dt, dest, stag, comm, &sr);
           if (rc == MPI_SUCCESS) {
-            publish(j, sr, comm, (span_t){0, 0, true}, NULL, 1, false, copy, s.b - s.a);
+            publish(j, sr, comm, (span_t){0, 0, true, true}, NULL, 1, false, copy, s.b - s.a);
             atomic_fetch_add_explicit(&st_guarded, 1, memory_order_relaxed);
             return MPI_SUCCESS;
           }
@@ -900,6 +981,25 @@ static void disable(const char *why) {
   if (why) ov_warn(why);
 }
 
+/* Overlap just turned on: what the signal wrappers (below) do from now on,
+ * done to the masks set before (they were the program's until then): the
+ * calling thread's (threads it creates inherit it) and the installed
+ * handlers' sa_mask. Other threads' masks are theirs (docs/overlap.md). */
+static void keep_faults_now(void) {
+  sigset_t f;
+  sigemptyset(&f);
+  sigaddset(&f, SIGSEGV);
+  sigaddset(&f, SIGBUS);
+  pthread_sigmask(SIG_UNBLOCK, &f, NULL);
+  for (int sig = 1; sig < NSIG; sig++) {
+    struct sigaction sa;
+    if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) != 0) continue;
+    if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN) continue;
+    if (sigismember(&sa.sa_mask, SIGSEGV) == 1 || sigismember(&sa.sa_mask, SIGBUS) == 1)
+      sigaction(sig, &sa, NULL);     /* our wrapper takes them out */
+  }
+}
+
 /* After the runtime started: overlap on when it gives MPI_THREAD_MULTIPLE. */
 static void start(int provided) {
   /* Test hook (tests/overlap): a runtime that gives less than asked. */
@@ -921,6 +1021,7 @@ static void start(int provided) {
     return;
   }
   atomic_store(&ov_state, OV_ON);
+  keep_faults_now();
 }
 
 /* From MPI_Init on, blocks large enough to be worth guarding are memory-file
@@ -1009,30 +1110,37 @@ EXPORT int MPI_Abort(MPI_Comm comm, int code) { return PMPI_Abort(comm, code); }
  * (the kernel does not raise SIGSEGV for it). The usual I/O calls of libc
  * are interposed: when requests are pending, those on the buffer's pages
  * complete first. Other system calls: docs/overlap.md. */
-static void guard_io(const void *buf, size_t n) {
+static void guard_io(const void *buf, size_t n, bool writes) {
   if (!atomic_load_explicit(&ov_pending, memory_order_relaxed) || !n) return;
   uintptr_t a = (uintptr_t)buf & ~(uintptr_t)(ov_page - 1), b = (uintptr_t)buf + n;
+  /* A call that only reads the program's memory (write, send, ...) never
+   * fails on a read-only page: the guards of pending sends do not stop it,
+   * only those of pending receives (inaccessible pages) do. */
+  int below = writes ? 4 : 1;
   if (ov_self || ov_completing) {
     /* The runtime, in the thread that completes the pending requests (the
      * progress thread, a drain, a small call), reads or writes the
      * program's memory for one of the program's own requests (a TCP
      * writev of its MPI_Isend buffer) on a page an intercepted call
      * guards: it cannot wait for itself. As ov_fault does for the same
-     * access without a system call, the pages are unguarded (until those
-     * requests complete) and the call goes on. */
+     * access without a system call, the pages that stop the call are
+     * unguarded (until those requests complete), as little as the call
+     * needs (readable for a read: a pending send's guard stays), and the
+     * call goes on. */
     for (uintptr_t p = a; p < b; p += ov_page)
-      if (wait_covering_test(p, p + ov_page)) {
-        locus_overlap_protect((void *)p, ov_page, 3);
+      if (covering_test_below(p, p + ov_page, below)) {
+        locus_overlap_protect((void *)p, ov_page, writes ? 3 : 1);
         atomic_fetch_add_explicit(&st_unguarded, 1, memory_order_relaxed);
       }
     return;
   }
-  if (wait_covering(a, b, true)) atomic_fetch_add_explicit(&st_syscall_waits, 1, memory_order_relaxed);
+  if (wait_covering_below(a, b, true, below)) atomic_fetch_add_explicit(&st_syscall_waits, 1, memory_order_relaxed);
 }
 
-static void guard_iov(const struct iovec *iov, int cnt) {
+/* writes: the call writes the buffers (readv), else it reads them (writev). */
+static void guard_iov(const struct iovec *iov, int cnt, bool writes) {
   if (!atomic_load_explicit(&ov_pending, memory_order_relaxed)) return;
-  for (int i = 0; i < cnt; i++) guard_io(iov[i].iov_base, iov[i].iov_len);
+  for (int i = 0; i < cnt; i++) guard_io(iov[i].iov_base, iov[i].iov_len, writes);
 }
 
 #define NEXT(name) \
@@ -1041,113 +1149,149 @@ static void guard_iov(const struct iovec *iov, int cnt) {
 
 EXPORT ssize_t write(int fd, const void *buf, size_t n) {
   NEXT(write);
-  guard_io(buf, n);
+  guard_io(buf, n, false);
   return real_write(fd, buf, n);
 }
 EXPORT ssize_t read(int fd, void *buf, size_t n) {
   NEXT(read);
-  guard_io(buf, n);
+  guard_io(buf, n, true);
   return real_read(fd, buf, n);
 }
 EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
   NEXT(pwrite);
-  guard_io(buf, n);
+  guard_io(buf, n, false);
   return real_pwrite(fd, buf, n, off);
 }
 EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off) {
   NEXT(pread);
-  guard_io(buf, n);
+  guard_io(buf, n, true);
   return real_pread(fd, buf, n, off);
 }
 EXPORT ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
   NEXT(pwrite64);
-  guard_io(buf, n);
+  guard_io(buf, n, false);
   return real_pwrite64(fd, buf, n, off);
 }
 EXPORT ssize_t pread64(int fd, void *buf, size_t n, off_t off) {
   NEXT(pread64);
-  guard_io(buf, n);
+  guard_io(buf, n, true);
   return real_pread64(fd, buf, n, off);
 }
 EXPORT ssize_t writev(int fd, const struct iovec *iov, int cnt) {
   NEXT(writev);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, false);
   return real_writev(fd, iov, cnt);
 }
 EXPORT ssize_t readv(int fd, const struct iovec *iov, int cnt) {
   NEXT(readv);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, true);
   return real_readv(fd, iov, cnt);
 }
 EXPORT ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) {
   NEXT(preadv);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, true);
   return real_preadv(fd, iov, cnt, off);
 }
 EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off) {
   NEXT(pwritev);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, false);
   return real_pwritev(fd, iov, cnt, off);
 }
 EXPORT ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off) {
   NEXT(preadv64);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, true);
   return real_preadv64(fd, iov, cnt, off);
 }
 EXPORT ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off) {
   NEXT(pwritev64);
-  guard_iov(iov, cnt);
+  guard_iov(iov, cnt, false);
   return real_pwritev64(fd, iov, cnt, off);
 }
 EXPORT ssize_t sendmsg(int fd, const struct msghdr *m, int flags) {
   NEXT(sendmsg);
-  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen);
+  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen, false);
   return real_sendmsg(fd, m, flags);
 }
 EXPORT ssize_t recvmsg(int fd, struct msghdr *m, int flags) {
   NEXT(recvmsg);
-  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen);
+  if (m) guard_iov(m->msg_iov, (int)m->msg_iovlen, true);
   return real_recvmsg(fd, m, flags);
 }
 EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags) {
   NEXT(send);
-  guard_io(buf, n);
+  guard_io(buf, n, false);
   return real_send(fd, buf, n, flags);
 }
 EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags) {
   NEXT(recv);
-  guard_io(buf, n);
+  guard_io(buf, n, true);
   return real_recv(fd, buf, n, flags);
 }
 EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags, const struct sockaddr *to, socklen_t tl) {
   NEXT(sendto);
-  guard_io(buf, n);
+  guard_io(buf, n, false);
   return real_sendto(fd, buf, n, flags, to, tl);
 }
 EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags, struct sockaddr *from, socklen_t *fl) {
   NEXT(recvfrom);
-  guard_io(buf, n);
+  guard_io(buf, n, true);
   return real_recvfrom(fd, buf, n, flags, from, fl);
 }
 /* The program's own mprotect of a buffer in flight: the transfers on its
  * pages complete first (else PROT_READ on a receive guard would show the
- * old data, and completion would undo the program's protection). The
- * library's own changes (apply_prot, the unguarding of a completing
- * thread) go straight through. */
+ * old data). On pages of guardable blocks the program's protection is
+ * recorded (pprot), so that later guards and completions keep within it
+ * instead of making the pages read-write. The library's own changes
+ * (apply_prot, the unguarding of a completing thread) go straight through. */
 EXPORT int mprotect(void *addr, size_t len, int prot) {
   NEXT(mprotect);
-  if (!ov_internal && !ov_self && !ov_completing && len) guard_io(addr, len);
-  return real_mprotect(addr, len, prot);
+  bool prog = !ov_internal && !ov_self && !ov_completing && len && ov_active();
+  if (prog) guard_io(addr, len, true);
+  int rc = real_mprotect(addr, len, prot);
+  if (prog && rc == 0) {
+    uintptr_t a = (uintptr_t)addr, b = ((uintptr_t)addr + len + ov_page - 1) & ~(uintptr_t)(ov_page - 1);
+    int p = prot & PROT_WRITE ? 3 : prot & PROT_READ ? 1 : 0;
+    locus_overlap_span_t g;
+    bool block = p != 3 && (locus_overlap_span(addr, 1, &g) == 0 || locus_overlap_span((char *)b - 1, 1, &g) == 0);
+    if (block || atomic_load_explicit(&npprot, memory_order_acquire)) {
+      held_t h;
+      pp_acquire(&h);
+      pp_trim(a, b);
+      int n = atomic_load_explicit(&npprot, memory_order_relaxed);
+      if (block && n < OV_PPROT) {
+        pprot[n].a = a;
+        pprot[n].b = b;
+        pprot[n].prot = p;
+        atomic_store_explicit(&npprot, n + 1, memory_order_release);
+      }
+      pp_release(&h);
+    }
+  }
+  return rc;
+}
+/* Advice that discards or replaces the data of a buffer in flight
+ * (MADV_REMOVE punches a hole in the memory file: the shadow the runtime
+ * sends from reads zeros): the transfers on its pages complete first, as
+ * for mprotect. Advice that keeps the data goes straight through. */
+#ifndef MADV_DONTNEED_LOCKED
+#define MADV_DONTNEED_LOCKED 24
+#endif
+EXPORT int madvise(void *addr, size_t len, int advice) {
+  NEXT(madvise);
+  if (len && !ov_internal && !ov_self && !ov_completing &&
+      (advice == MADV_REMOVE || advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_DONTNEED_LOCKED))
+    guard_io(addr, len, true);
+  return real_madvise(addr, len, advice);
 }
 /* stdio writes a large buffer straight from the program's memory. */
 EXPORT size_t fwrite(const void *buf, size_t size, size_t n, FILE *f) {
   NEXT(fwrite);
-  guard_io(buf, size * n);
+  guard_io(buf, size * n, false);
   return real_fwrite(buf, size, n, f);
 }
 EXPORT size_t fread(void *buf, size_t size, size_t n, FILE *f) {
   NEXT(fread);
-  guard_io(buf, size * n);
+  guard_io(buf, size * n, true);
   return real_fread(buf, size, n, f);
 }
 
@@ -1187,7 +1331,7 @@ static void *locus_sym(const char *name) {
  * SIGSEGV/SIGBUS has no other effect on faults, so with overlap on they
  * are taken out of the masks the program sets (a SIGSEGV sent with kill()
  * is then delivered rather than held: the one difference). */
-static bool keep_faults(void) { return atomic_load_explicit(&ov_state, memory_order_relaxed) != OV_OFF; }
+static bool keep_faults(void) { return ov_active(); }   /* processes that are not ranks (yet) keep their masks */
 static const sigset_t *no_faults(int how, const sigset_t *set, sigset_t *tmp) {
   if (!set || how == SIG_UNBLOCK || !keep_faults()) return set;
   *tmp = *set;
@@ -1214,6 +1358,18 @@ EXPORT int sigprocmask(int how, const sigset_t *set, sigset_t *old) {
   sigset_t tmp;
   return real(how, no_faults(how, set, &tmp), old);
 }
+
+/* A thread created with this attribute starts with its mask (glibc 2.32):
+ * the same as pthread_sigmask. */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 32)
+EXPORT int pthread_attr_setsigmask_np(pthread_attr_t *attr, const sigset_t *set) {
+  static int (*_Atomic real)(pthread_attr_t *, const sigset_t *);
+  if (!real) real = (int (*)(pthread_attr_t *, const sigset_t *))dlsym(RTLD_NEXT, "pthread_attr_setsigmask_np");
+  if (!real) return ENOSYS;
+  sigset_t tmp;
+  return real(attr, no_faults(SIG_SETMASK, set, &tmp));
+}
+#endif
 
 EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
   static int (*_Atomic real)(int, const struct sigaction *, struct sigaction *);

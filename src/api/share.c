@@ -73,7 +73,12 @@ LOCUS_EXPORT void *locus_cow_copy(const void *src, size_t len) {
 
 void *locus_shareable_realloc(void *p, size_t usable, size_t size) {
   if (size <= usable && size > usable / 2) return p;
-  void *q = locus_malloc_shareable(size);
+  /* A block that overlap made a memory file (docs/overlap.md) is an
+   * ordinary malloc block to the program: its new block is what malloc
+   * gives (a memory file only within the cap of 256 and from
+   * LOCUS_OVERLAP_MIN bytes), not a shareable block outside the cap. */
+  region_t *r = registry_lookup(p);
+  void *q = r && file_info(r)->overlap ? locus_malloc(size) : locus_malloc_shareable(size);
   if (!q) return NULL;
   memcpy(q, p, usable < size ? usable : size);
   locus_free_checked(p, "realloc");
