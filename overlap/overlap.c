@@ -582,6 +582,28 @@ typedef struct {
   bool dense;                          /* the data fill [a, b): no holes between elements or fields */
 } span_t;
 
+/* Whether dt's data is one run of bytes per element by construction: a
+ * predefined type, or contiguous/dup/resized of such. Sizes alone cannot
+ * tell: a send type may repeat a block, so that its size equals its true
+ * extent while it skips bytes (a struct of {page 0, page 0, page 2}). */
+static bool type_dense(MPI_Datatype dt, int depth) {
+  int ni, na, nd, comb;
+  if (PMPI_Type_get_envelope(dt, &ni, &na, &nd, &comb) != MPI_SUCCESS) return false;
+  if (comb == MPI_COMBINER_NAMED) return true;
+  if (depth > 8 || nd != 1 || ni > 1 || na > 2 ||
+      (comb != MPI_COMBINER_CONTIGUOUS && comb != MPI_COMBINER_DUP && comb != MPI_COMBINER_RESIZED))
+    return false;
+  int ints[1];
+  MPI_Aint addrs[2];
+  MPI_Datatype inner;
+  if (PMPI_Type_get_contents(dt, ni, na, nd, ints, addrs, &inner) != MPI_SUCCESS) return false;
+  int ii, ia, id, ic;
+  bool dense = type_dense(inner, depth + 1);
+  if (PMPI_Type_get_envelope(inner, &ii, &ia, &id, &ic) == MPI_SUCCESS && ic != MPI_COMBINER_NAMED)
+    PMPI_Type_free(&inner);
+  return dense;
+}
+
 static span_t span_of(const void *buf, int count, MPI_Datatype dt) {
   span_t s = {0, 0, false, false};
   if (count < 0 || dt == MPI_DATATYPE_NULL) return s;
@@ -600,7 +622,8 @@ static span_t span_of(const void *buf, int count, MPI_Datatype dt) {
    * (memcpy of [a, b)) is for dense ones; a hole may be an inaccessible
    * page (a struct of absolute addresses over separate mappings). */
   int sz;
-  s.dense = PMPI_Type_size(dt, &sz) == MPI_SUCCESS && (MPI_Aint)sz == text && (count == 1 || ext == text);
+  s.dense = PMPI_Type_size(dt, &sz) == MPI_SUCCESS && (MPI_Aint)sz == text && (count == 1 || ext == text) &&
+            type_dense(dt, 0);
   return s;
 }
 
@@ -1271,16 +1294,24 @@ EXPORT int mprotect(void *addr, size_t len, int prot) {
 }
 /* Advice that discards or replaces the data of a buffer in flight
  * (MADV_REMOVE punches a hole in the memory file: the shadow the runtime
- * sends from reads zeros): the transfers on its pages complete first, as
- * for mprotect. Advice that keeps the data goes straight through. */
+ * sends from reads zeros), or that touches its pages (MADV_POPULATE_*:
+ * the kernel refuses it on a guarded page with EINVAL): the transfers on
+ * its pages complete first, as for mprotect. Other advice goes straight
+ * through. */
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED 24
 #endif
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+static bool advice_waits(int advice) {
+  return advice == MADV_REMOVE || advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_DONTNEED_LOCKED ||
+         advice == MADV_POPULATE_READ || advice == MADV_POPULATE_WRITE;
+}
 EXPORT int madvise(void *addr, size_t len, int advice) {
   NEXT(madvise);
-  if (len && !ov_internal && !ov_self && !ov_completing &&
-      (advice == MADV_REMOVE || advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_DONTNEED_LOCKED))
-    guard_io(addr, len, true);
+  if (len && !ov_internal && !ov_self && !ov_completing && advice_waits(advice)) guard_io(addr, len, true);
   return real_madvise(addr, len, advice);
 }
 /* stdio writes a large buffer straight from the program's memory. */

@@ -13,6 +13,12 @@
  *   copy_holes    (2 ranks) a send of a derived datatype whose extent holds
  *                 an inaccessible page, from memory the library cannot
  *                 guard (the copy path read the hole).
+ *   copy_repeat   (2 ranks) the same with a type whose size equals its true
+ *                 extent because a block is sent twice (sizes alone called
+ *                 it dense).
+ *   populate      (2 ranks) madvise(MADV_POPULATE_WRITE/READ) of a buffer
+ *                 just sent / received succeeds (the kernel refused it on
+ *                 a guarded page: EINVAL).
  *   mprotect_held (2 ranks) the program's own PROT_READ on a send buffer
  *                 holds during and after the transfer.
  *   madvise       (2 ranks) madvise(MADV_REMOVE) right after MPI_Send: the
@@ -28,6 +34,7 @@
  *   nonrank       (no mpirun, no MPI_Init) a blocked SIGBUS stays blocked. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <mpi.h>
@@ -165,6 +172,62 @@ static void c_copy_holes(void) {
   MPI_Type_free(&t);
   MPI_Barrier(MPI_COMM_WORLD);
   munmap(m, 3 * pg);
+}
+
+static void c_copy_repeat(void) {
+  long pg = 4096;
+  if (rank == 0) {
+    char *m = mmap(NULL, 3 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) FAIL("mmap");
+    memset(m, 'a', pg);
+    memset(m + 2 * pg, 'b', pg);
+    if (mprotect(m + pg, pg, PROT_NONE)) FAIL("mprotect");
+    MPI_Aint disp[3];
+    MPI_Get_address(m, &disp[0]);
+    MPI_Get_address(m, &disp[1]);
+    MPI_Get_address(m + 2 * pg, &disp[2]);
+    int len[3] = {4096, 4096, 4096}, sz;
+    MPI_Datatype types[3] = {MPI_BYTE, MPI_BYTE, MPI_BYTE}, t;
+    MPI_Type_create_struct(3, len, disp, types, &t);
+    MPI_Type_commit(&t);
+    MPI_Aint tlb, text;
+    MPI_Type_size(t, &sz);
+    MPI_Type_get_true_extent(t, &tlb, &text);
+    if (sz != text) FAIL("the type's size %d differs from its true extent %ld", sz, (long)text);
+    MPI_Send(MPI_BOTTOM, 1, t, 1, 0, MPI_COMM_WORLD);
+    MPI_Type_free(&t);
+    munmap(m, 3 * pg);
+  } else if (rank == 1) {
+    static char r[3 * 4096];
+    MPI_Recv(r, sizeof r, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (r[0] != 'a' || r[4096] != 'a' || r[8192] != 'b' || r[12287] != 'b') FAIL("wrong data");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+static void c_populate(void) {
+  unsigned char *b = aligned_alloc(4096, BIG);
+  if (rank == 0) {
+    memset(b, 3, BIG);
+    MPI_Send(b, BIG, MPI_BYTE, 1, 0, MPI_COMM_WORLD);        /* pending: rank 1 receives 200 ms later */
+    if (madvise(b, BIG, MADV_POPULATE_WRITE) != 0) FAIL("MADV_POPULATE_WRITE after a send: errno %d", errno);
+    MPI_Recv(b, BIG, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (madvise(b, BIG, MADV_POPULATE_READ) != 0) FAIL("MADV_POPULATE_READ after a receive: errno %d", errno);
+    if (b[0] != 4 || b[BIG - 1] != 4) FAIL("received data");
+  } else if (rank == 1) {
+    ms(200);
+    MPI_Recv(b, BIG, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (b[0] != 3 || b[BIG - 1] != 3) FAIL("received data");
+    ms(200);
+    memset(b, 4, BIG);
+    MPI_Send(b, BIG, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  free(b);
 }
 
 static sigjmp_buf jb;
@@ -416,6 +479,8 @@ int main(int argc, char **argv) {
   if (!strcmp(which, "small_send")) c_small_send();
   else if (!strcmp(which, "realloc_fds")) c_realloc_fds();
   else if (!strcmp(which, "copy_holes")) c_copy_holes();
+  else if (!strcmp(which, "copy_repeat")) c_copy_repeat();
+  else if (!strcmp(which, "populate")) c_populate();
   else if (!strcmp(which, "mprotect_held")) c_mprotect_held();
   else if (!strcmp(which, "madvise")) c_madvise();
   else if (!strcmp(which, "drained")) c_drained();
