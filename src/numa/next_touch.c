@@ -180,6 +180,7 @@ typedef struct { uintptr_t a, b, stash; uint64_t bit; } nt_group_t;
 
 /* ---- the userfaultfd engine's state --------------------------------------- */
 static int uffd = -1;                  /* set once under nt_lock, before any uffd slot is published */
+static os_fd_id_t uffd_id;             /* its file: the program may close the number and reuse it */
 static bool uffd_tid;                  /* fault messages carry the faulting thread's id */
 static atomic_int engine;              /* 0: not decided yet, 1: userfaultfd, 2: protection only */
 
@@ -402,15 +403,23 @@ static void uffd_serve(uintptr_t x, long tid) {
   os_uffd_wake(uffd, (void *)(x & ~(uintptr_t)(page - 1)), page);
 }
 
+static void nt_resolve_all(void);
+
 /* The userfaultfd server: started with every signal blocked (the program's
  * signals go to its own threads); idle for a second, it checks whether the
- * program's threads are all gone (os_internal_exit_check). */
+ * program's threads are all gone: then it ends the process, after putting
+ * back every pending range (the exit handlers run on this thread, which
+ * could not serve their faults). It reads only while the descriptor is
+ * still its file. */
 static void *uffd_thread(void *arg) {
   (void)arg;
   os_uffd_fault_t ev[16];
   for (;;) {
-    int n = os_uffd_read(uffd, ev, 16, 1000);
-    if (n == 0) os_internal_exit_check();
+    int n = os_uffd_read(uffd, &uffd_id, ev, 16, 1000);
+    if (n == 0 && os_internal_exit_due()) {
+      nt_resolve_all();
+      os_internal_exit();
+    }
     if (n < 0 && errno != EINTR && errno != EAGAIN) {
       /* Most likely the program closed every descriptor (close_range): the
        * kernel dropped the registrations with the last reference, so the
@@ -443,6 +452,12 @@ static void nt_fork_prepare(void) {
   }
   signals_release(&held);
 }
+/* Every pending range back, as at fork (no program thread is left). */
+static void nt_resolve_all(void) {
+  lock_acquire(&nt_lock);
+  nt_fork_prepare();
+  lock_release(&nt_lock);
+}
 static void nt_fork_child(void) {
   os_internal_fork_child();            /* the server thread is not in the child */
   if (uffd >= 0) os_close(uffd);
@@ -460,6 +475,11 @@ static bool engine_uffd(void) {
   if (opt != NT_OPT_PROTECT) {
     int fd = os_uffd_open(&uffd_tid);
     int err = errno;
+    if (fd >= 0 && !os_fd_id(fd, &uffd_id)) {
+      err = errno;
+      os_close(fd);
+      fd = -1;
+    }
     if (fd >= 0) {
       uffd = fd;
       err = os_internal_thread_start(uffd_thread, NULL);

@@ -481,17 +481,19 @@ void os_uffd_wake(int fd, void *p, size_t len) {
   ioctl(fd, UFFDIO_WAKE, &r);            /* nobody waiting, or not registered: nothing to do */
 }
 
-int os_uffd_read(int fd, os_uffd_fault_t *out, int max, int timeout_ms) {
+int os_uffd_read(int fd, const os_fd_id_t *id, os_uffd_fault_t *out, int max, int timeout_ms) {
   struct uffd_msg msg[16];
   if (max > 16) max = 16;
   struct pollfd pf = {.fd = fd, .events = POLLIN};
   int ready = poll(&pf, 1, timeout_ms);
   if (ready < 0) return -1;
-  if (!ready) return 0;
-  if (pf.revents & (POLLERR | POLLNVAL)) {
+  /* The number may name another file by now (the program closed it and
+   * reused it): never read the program's data. */
+  if ((pf.revents & (POLLERR | POLLNVAL)) || !os_fd_is(fd, id)) {
     errno = EBADF;
     return -1;
   }
+  if (!ready) return 0;
   ssize_t n = read(fd, msg, sizeof msg[0] * (size_t)max);
   if (n < 0) return -1;
   int k = 0;
@@ -549,44 +551,65 @@ int os_tid_cpu(long tid) {
   return field == 39 ? atoi(q) : -1;
 }
 
+bool os_fd_id(int fd, os_fd_id_t *id) {
+  struct stat st;
+  if (fstat(fd, &st)) return false;
+  id->dev = (uint64_t)st.st_dev;
+  id->ino = (uint64_t)st.st_ino;
+  return true;
+}
+bool os_fd_is(int fd, const os_fd_id_t *id) {
+  int e = errno;
+  os_fd_id_t now;
+  bool same = fd >= 0 && os_fd_id(fd, &now) && now.dev == id->dev && now.ino == id->ino;
+  errno = e;
+  return same;
+}
+
 /* ---- locus's own threads (the KSM sampler, the userfaultfd server) ----
  * POSIX ends a process with its last thread: locus's threads must not keep
  * alive a process whose program threads are all gone (a main that ends with
  * pthread_exit). Each is counted before it exists (a fork between the
- * creation and the thread's first step must not find it uncounted) and
- * calls os_internal_exit_check from time to time. The running threads are
- * read from /proc/self/stat through a descriptor opened before the first
- * such thread, so that a later chroot, a hidden /proc or a program at its
- * descriptor limit does not blind the rule; it is checked to be this
- * process's stat at every read (the program may close or reuse its number)
- * and reopened in a fork child. */
-static atomic_int internal_threads;
-static atomic_int stat_fd = -1;
-static atomic_int stat_pid;
+ * creation and the thread's first step must not find it uncounted), and
+ * while a creation is under way (`starting`) no exit is decided: the
+ * creator is a running program thread that the count may not show yet
+ * against the new one. Each asks os_internal_exit_due from time to time. The running threads are read from /proc/self/stat through a
+ * descriptor opened before the first such thread, so that a later chroot,
+ * a hidden /proc or a full descriptor table does not blind the rule; it is
+ * above the standard descriptors, and believed only while fstat shows the
+ * file it was opened on (the program may close the number and reuse it);
+ * else the file is read by path. A fork child closes it only if it is still
+ * locus's, and opens its own. */
+static atomic_int internal_threads, starting;
+static int stat_fd = -1;               /* written under the creators' and fork's exclusion (below) */
+static os_fd_id_t stat_id;
 static sigset_t program_mask;          /* the first creator's mask: exit handlers run under it */
 static atomic_bool program_mask_set, exiting;
+static atomic_flag stat_busy = ATOMIC_FLAG_INIT;
 
 static void stat_open(void) {
-  int pid = os_getpid();
-  if (atomic_load(&stat_fd) >= 0 && atomic_load(&stat_pid) == pid) return;
-  char path[48];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  int fd = os_open(path, O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return;
-  int old = atomic_exchange(&stat_fd, fd);
-  atomic_store(&stat_pid, pid);
-  if (old >= 0 && old != fd) os_close(old);   /* a fork child's copy of the parent's */
+  int fd = os_open("/proc/self/stat", O_RDONLY | O_CLOEXEC, 0);
+  if (fd >= 0 && fd < 3) {             /* never a standard descriptor: the program may reopen them */
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    os_close(fd);
+    fd = high;
+  }
+  if (fd >= 0 && !os_fd_id(fd, &stat_id)) {
+    os_close(fd);
+    fd = -1;
+  }
+  __atomic_store_n(&stat_fd, fd, __ATOMIC_RELEASE);   /* after stat_id: readers check against it */
 }
 
-/* /proc/PID/stat of this process into buf, from the kept descriptor when it
- * still names it, else opened by path; length, or <= 0. */
+/* This process's /proc/self/stat into buf: through the kept descriptor
+ * while it is locus's, else by path; the length, or <= 0. */
 static int stat_read(char *buf, size_t len) {
-  int fd = atomic_load(&stat_fd);
-  if (fd >= 0) {
+  int fd = __atomic_load_n(&stat_fd, __ATOMIC_ACQUIRE);
+  if (fd >= 0 && os_fd_is(fd, &stat_id)) {
     long n = os_pread(fd, buf, len - 1, 0);
     if (n > 0) {
       buf[n] = 0;
-      if (atoi(buf) == os_getpid()) return (int)n;   /* field 1: the pid */
+      return (int)n;
     }
   }
   return os_read_file("/proc/self/stat", buf, len);
@@ -616,7 +639,10 @@ static bool main_thread_zombie(void) {
 }
 
 int os_internal_thread_start(void *(*fn)(void *), void *arg) {
-  stat_open();
+  atomic_fetch_add(&starting, 1);
+  while (atomic_flag_test_and_set(&stat_busy)) os_yield();   /* two first creators at once */
+  if (stat_fd < 0) stat_open();
+  atomic_flag_clear(&stat_busy);
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -632,23 +658,32 @@ int os_internal_thread_start(void *(*fn)(void *), void *arg) {
   if (err) atomic_fetch_sub(&internal_threads, 1);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
+  atomic_fetch_sub(&starting, 1);
   return err;
 }
 
 void os_internal_thread_gone(void) { atomic_fetch_sub(&internal_threads, 1); }
 
-void os_internal_exit_check(void) {
+bool os_internal_exit_due(void) {
+  if (atomic_load(&starting)) return false;
   int live = os_threads_live();
-  if (live <= 0 || live > atomic_load(&internal_threads)) return;
-  if (atomic_exchange(&exiting, true)) return;   /* another of locus's threads is ending the process */
+  if (live <= 0 || live > atomic_load(&internal_threads) || atomic_load(&starting)) return false;
+  return !atomic_exchange(&exiting, true);   /* false: another of locus's threads is ending the process */
+}
+
+void os_internal_exit(void) {
   pthread_sigmask(SIG_SETMASK, &program_mask, NULL);
   exit(0);
 }
 
 void os_internal_fork_child(void) {
   atomic_store(&internal_threads, 0);
+  atomic_store(&starting, 0);
   atomic_store(&exiting, false);
-  if (atomic_load(&stat_fd) >= 0) stat_open();
+  atomic_flag_clear(&stat_busy);
+  if (stat_fd < 0) return;
+  if (os_fd_is(stat_fd, &stat_id)) os_close(stat_fd);   /* the parent's file; a number the program reused stays */
+  stat_open();                                          /* the child's */
 }
 
 int os_internal_threads(void) { return atomic_load(&internal_threads); }

@@ -170,10 +170,17 @@ bool os_uffd_unregister(int fd, void *p, size_t len);    /* wakes the faults wai
 long os_uffd_move(int fd, void *dst, void *src, size_t len);
 bool os_uffd_copy(int fd, void *dst, void *src, size_t len);   /* EEXIST counts as done */
 void os_uffd_wake(int fd, void *p, size_t len);          /* wakes the faults waiting there */
+/* A descriptor's identity (fstat's device and inode), to tell whether a
+ * number locus keeps still names its file after the program may have
+ * closed and reused it. os_fd_is keeps errno. */
+typedef struct { uint64_t dev, ino; } os_fd_id_t;
+bool os_fd_id(int fd, os_fd_id_t *id);
+bool os_fd_is(int fd, const os_fd_id_t *id);
 typedef struct { uintptr_t addr; long tid; } os_uffd_fault_t;
 /* (The descriptor is non-blocking: poll needs it.) Waits up to timeout_ms for fault messages: the number of page faults
- * read (0 on timeout), -1 on error. */
-int os_uffd_read(int fd, os_uffd_fault_t *out, int max, int timeout_ms);
+ * read (0 on timeout), -1 on error (EBADF: fd no longer names the file of
+ * id). */
+int os_uffd_read(int fd, const os_fd_id_t *id, os_uffd_fault_t *out, int max, int timeout_ms);
 void *os_reserve(size_t len);                            /* PROT_NONE address space */
 /* Moves the pages of [p, p+len) to dst (replacing what is there), leaving p
  * mapped and empty (mremap MREMAP_DONTUNMAP). */
@@ -184,17 +191,22 @@ int os_tid_cpu(long tid);                                /* the CPU a thread of 
 int os_threads_live(void);
 /* locus's own threads (the KSM sampler, the userfaultfd server): started
  * detached with every signal blocked and counted before they exist (0 or
- * the pthread_create error). Each calls os_internal_exit_check from time
- * to time: when no program thread is left, the process exits (status 0, as
+ * the pthread_create error). Each asks os_internal_exit_due from time to
+ * time: when no program thread is left, the process exits (status 0, as
  * when a last thread ends), the exit handlers under the mask of the
  * program thread that started the first of them. A thread that returns
  * calls os_internal_thread_gone. A fork child has none of them: the fork
  * hooks of their owners call os_internal_fork_child. */
 int os_internal_thread_start(void *(*fn)(void *), void *arg);
 void os_internal_thread_gone(void);
-void os_internal_exit_check(void);
+/* Whether this thread is to end the process now (no program thread left;
+ * true for one caller only): it then puts right what only it could serve
+ * (pending next-touch ranges) and calls os_internal_exit. */
+bool os_internal_exit_due(void);
+_Noreturn void os_internal_exit(void);
 void os_internal_fork_child(void);
 int os_internal_threads(void);
+
 /* Whether the page holding p is resident (mincore). */
 bool os_page_resident(const void *p);
 /* Copies len bytes of this process's memory without faulting: false (no

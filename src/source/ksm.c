@@ -125,7 +125,7 @@ static void *sampler_main(void *arg) {
     os_sleep_ns(atomic_load_explicit(&K.watched, memory_order_relaxed) ? KSM_AUTO_TICK_NS : 10 * KSM_AUTO_TICK_NS);
     /* The program's last thread ended with pthread_exit: the process ends,
      * as POSIX says, rather than live on in locus's threads. */
-    os_internal_exit_check();
+    if (os_internal_exit_due()) os_internal_exit();
     ksm_tick(os_clock_coarse_ns());
   }
   return NULL;

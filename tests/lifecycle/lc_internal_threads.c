@@ -4,7 +4,11 @@
  * and the program's other threads are gone, locus's threads must end the
  * process, run its atexit handlers like any last thread would (a stack of
  * normal size, the program's signal mask), even when /proc can no longer be
- * opened, and a fork child must count them right. Each case runs in a child
+ * opened, and a fork child must count them right; a descriptor locus keeps
+ * is never mistaken for the program's (closed and reused: a pid file, a
+ * pipe the fork child needs, a pipe at the userfaultfd's number); a pending
+ * next-touch range stays readable from the exit handlers; a PID namespace
+ * whose /proc is the host's does not end a working program. Each case runs in a child
  * process (this program re-executed) with a 10 s limit; a hang is a failure.
  *
  *   lc_internal_threads              all the cases
@@ -14,6 +18,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -123,6 +129,127 @@ static int case_fork_race(void) {
   return 0;
 }
 
+/* Every descriptor from 3 up closed (close_range), as daemons do. */
+static void close_from_3(void) {
+  for (int fd = 3; fd < 1024; fd++) close(fd);
+}
+
+/* The program closes locus's kept /proc descriptor, and its pid file takes
+ * the number, holding this process's pid as text. */
+static int case_pidfile(void) {
+  big(1);
+  usleep(200000);
+  close_from_3();
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/lc_internal_threads.%d.pid", getpid());
+  FILE *f = fopen(path, "w+");
+  LC_CHECK(f, "pid file");
+  fprintf(f, "%d\n", getpid());
+  fflush(f);
+  unlink(path);
+  pthread_exit(NULL);
+}
+
+/* The same number reused by a pipe the fork child needs. */
+static int case_fork_fd(void) {
+  big(1);
+  usleep(200000);
+  close_from_3();
+  int p[2];
+  LC_CHECK(pipe(p) == 0, "pipe");
+  pid_t c = fork();
+  if (c == 0) {
+    char b[4];
+    _exit(write(p[1], "ping", 4) == 4 && read(p[0], b, 4) == 4 ? 0 : 1);
+  }
+  int st;
+  waitpid(c, &st, 0);
+  LC_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the fork child lost the program's pipe (status %d)", st);
+  return 0;
+}
+
+/* A pending next-touch range read by an atexit handler: with userfaultfd,
+ * the server that ends the process runs the handler and could not serve its
+ * fault; it puts the ranges back first. */
+static char *nt_buf;
+static void nt_handler(void) {
+  long sum = 0;
+  for (size_t i = 0; i < 8 * MiB; i += 4096) sum += nt_buf[i];
+  if (sum != 2048) _exit(4);
+}
+static int case_next_touch_atexit(void) {
+  nt_buf = big(1);
+  LC_CHECK(locus_next_touch(nt_buf, 8 * MiB) == 0, "locus_next_touch");
+  atexit(nt_handler);
+  pthread_exit(NULL);
+}
+
+/* The program closes every descriptor while a range is pending, then its
+ * pipe takes the userfaultfd's number: the server must not read the pipe. */
+static int uffd_number(void) {
+  char p[64], t[128];
+  for (int fd = 3; fd < 1024; fd++) {
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(p, t, sizeof t - 1);
+    if (n > 0 && (t[n] = 0, strstr(t, "userfaultfd"))) return fd;
+  }
+  return -1;
+}
+static int case_uffd_reuse(void) {
+  char *p = big(1);
+  LC_CHECK(locus_next_touch(p, 8 * MiB) == 0, "locus_next_touch");
+  int u = uffd_number();
+  if (u < 0) {
+    lc_say("no userfaultfd engine here: skipped\n");
+    return 0;
+  }
+  close_from_3();
+  while (open("/dev/null", O_RDONLY) < u - 1) {}   /* fill 3 .. u-1 */
+  int fd[2];
+  LC_CHECK(pipe(fd) == 0 && fd[0] == u, "the pipe's read end at the old number %d (got %d)", u, fd[0]);
+  fcntl(fd[0], F_SETFL, O_NONBLOCK);
+  for (int i = 0; i < 3; i++) {
+    char b[256] = {0}, r[512];
+    LC_CHECK(write(fd[1], b, sizeof b) == (ssize_t)sizeof b, "write");
+    sleep(1);                          /* the server polls once a second */
+    LC_CHECK(read(fd[0], r, sizeof r) == (ssize_t)sizeof b, "round %d: the pipe's bytes were taken (errno %d)", i, errno);
+  }
+  return 0;
+}
+
+/* In a new PID namespace whose /proc is still the host's: /proc/PID names
+ * another process there; the program must not be ended while it works. */
+static void *busy(void *arg) {
+  (void)arg;
+  usleep(1500000);
+  return NULL;
+}
+static int case_pidns(void) {
+  if (unshare(CLONE_NEWPID)) {
+    lc_say("no PID namespace here (errno %d): skipped\n", errno);
+    return 0;
+  }
+  pid_t c = fork();
+  if (c == 0) {                        /* pid 1 of the namespace */
+    pid_t g = fork();
+    if (g == 0) {                      /* pid 2: on the host, /proc/2 is kthreadd, one thread */
+      big(1);
+      pthread_t t;
+      pthread_create(&t, NULL, busy, NULL);
+      pthread_join(t, NULL);
+      _exit(3);
+    }
+    int gs;
+    waitpid(g, &gs, 0);
+    _exit(WIFEXITED(gs) ? WEXITSTATUS(gs) : 100);
+  }
+  int st;
+  waitpid(c, &st, 0);
+  LC_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3, "ended while working (status %d, expected 3)",
+           WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  return 0;
+}
+
 static int run_case(const char *self, const char *name, const char *ksm) {
   pid_t pid = fork();
   if (pid == 0) {
@@ -151,10 +278,17 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "nofile")) return case_nofile();
     if (!strcmp(argv[1], "next_touch")) return case_next_touch();
     if (!strcmp(argv[1], "fork_race")) return case_fork_race();
+    if (!strcmp(argv[1], "pidfile")) return case_pidfile();
+    if (!strcmp(argv[1], "fork_fd")) return case_fork_fd();
+    if (!strcmp(argv[1], "next_touch_atexit")) return case_next_touch_atexit();
+    if (!strcmp(argv[1], "uffd_reuse")) return case_uffd_reuse();
+    if (!strcmp(argv[1], "pidns")) return case_pidns();
     return 2;
   }
   static const struct { const char *name, *ksm; } cases[] = {
-      {"exit_stack", "auto"}, {"nofile", "auto"}, {"next_touch", "off"}, {"next_touch", "auto"}, {"fork_race", "auto"}};
+      {"exit_stack", "auto"}, {"nofile", "auto"},         {"next_touch", "off"},        {"next_touch", "auto"},
+      {"fork_race", "auto"},  {"pidfile", "auto"},        {"fork_fd", "auto"},          {"next_touch_atexit", "off"},
+      {"uffd_reuse", "off"},  {"pidns", "auto"}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     int st = run_case("/proc/self/exe", cases[i].name, cases[i].ksm);
     LC_CHECK(st == 0, "%s (LOCUS_KSM=%s): %s %d", cases[i].name, cases[i].ksm,
