@@ -397,15 +397,16 @@ void heap_collect(heap_t *h) {
   }
 }
 
+static void heap_park_locked(heap_t *h);
 /* Thread exit (TSD destructor). Later destructors of the same thread may still
  * allocate: they get a heap again (adopting or creating one), which is
- * abandoned again at the next destructor round. */
-static void heap_park_locked(heap_t *h);
-/* The thread-exit hook (TSD destructor). */
+ * abandoned again at the next destructor round, or, after the last round,
+ * parked once the thread is gone (`late`, heaps_reap_gone). */
 static void heap_exit_hook(void *arg) {
   thread_exiting = true;
   heap_abandon(arg);
 }
+/* The thread gives its heap up: at exit, or to change node (heap_rebind). */
 static void heap_abandon(void *arg) {
   heap_t *h = arg;
   if (h) uheap_capture_end(h);         /* a capture ends with its thread */
