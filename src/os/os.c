@@ -573,8 +573,9 @@ bool os_fd_is(int fd, const os_fd_id_t *id) {
  * creation and the thread's first step must not find it uncounted), and
  * while a creation is under way (`starting`) no exit is decided: the
  * creator is a running program thread that the count may not show yet
- * against the new one. Each asks os_internal_exit_due from time to time. The running threads are read from /proc/self/stat through a
- * descriptor opened before the first such thread, so that a later chroot,
+ * against the new one. Each asks os_internal_exit_due from time to time.
+ * The running threads are read from /proc/self/stat through a descriptor
+ * opened before the first such thread, so that a later chroot,
  * a hidden /proc or a full descriptor table does not blind the rule; it is
  * above the standard descriptors, and believed only while fstat shows the
  * file it was opened on (the program may close the number and reuse it);
