@@ -38,6 +38,11 @@
  *             takes no page from the pool
  *   hwpoison  (above) also: the pool hits count only the pages reused, the
  *             poisoned ones are drops
+ *   pageowner on a kernel with page_owner (the debug kernel, kernel.sh
+ *             debug): a pooled page is not reported allocated in
+ *             /sys/kernel/debug/page_owner, a reused one is again (the
+ *             allocator's debugging hooks run on pool entry and exit);
+ *             SKIP elsewhere
  *
  * The figures are read from /proc/vmstat and the PageReuse status line, or,
  * on the series before issue 27's second round, from its six PageReuse*
@@ -551,6 +556,52 @@ static void test_uffd(void) {
   PASS(" (%zu missing faults -> SIGBUS, 0 pool hits, pool %ld kB kept)", sigbus, pool1);
 }
 
+/* ---- page_owner sees pooled pages as free (issue 27, item 2) ------------- */
+/* Is pfn reported allocated by page_owner?  A read at offset pfn returns the
+ * first allocated page at or after it (mm/page_owner.c, read_page_owner). */
+static int owner_allocated(int fd, uint64_t pfn) {
+  char buf[4096];
+  ssize_t r = pread(fd, buf, sizeof buf - 1, (off_t)pfn);
+  if (r <= 0) return 0;
+  buf[r] = 0;
+  char *q = strstr(buf, "PFN 0x");
+  return q && strtoull(q + 6, NULL, 16) == pfn;
+}
+
+static void test_pageowner(void) {
+  mkdir("/sys/kernel/debug", 0755);
+  mount("none", "/sys/kernel/debug", "debugfs", 0, NULL);
+  int fd = open("/sys/kernel/debug/page_owner", O_RDONLY);
+  char b[64];
+  if (fd < 0) SKIP("no /sys/kernel/debug/page_owner (CONFIG_PAGE_OWNER)");
+  if (pread(fd, b, sizeof b, 1) < 0 && errno == EINVAL) SKIP("page_owner is off (boot with page_owner=on)");
+  size_t n = 64, mapped = 0, pooled_alloc = 0, back = 0, reused = 0;
+  uint64_t pfns[64];
+  char *p = map_anon(n * PG, MAP_PAGE_REUSE_);
+  for (size_t i = 0; i < n; i++) { p[i * PG] = 1; pfns[i] = pfn_of(p + i * PG); }
+  for (size_t i = 0; i < n; i++) mapped += owner_allocated(fd, pfns[i]);
+  long f0 = reuse_fills();
+  munmap(p, n * PG);
+  long pooled = reuse_fills() - f0;
+  if (pooled < (long)n / 2) FAIL("only %ld of %zu pages pooled", pooled, n);
+  for (size_t i = 0; i < n; i++) pooled_alloc += owner_allocated(fd, pfns[i]);
+  char *q = map_anon(n * PG, MAP_PAGE_REUSE_);
+  for (size_t i = 0; i < n; i++) {
+    q[i * PG] = 2;
+    uint64_t f = pfn_of(q + i * PG);
+    for (size_t j = 0; j < n; j++)
+      if (f == pfns[j]) { reused++; back += owner_allocated(fd, f); break; }
+  }
+  printf("  page_owner: %zu of %zu mapped pages allocated; %ld pooled, %zu of them still reported allocated; %zu reused, %zu of them allocated again\n",
+         mapped, n, pooled, pooled_alloc, reused, back);
+  if (mapped < n) FAIL("page_owner reports only %zu of %zu mapped pages allocated", mapped, n);
+  if (pooled_alloc > n - (size_t)pooled) FAIL("%zu pooled pages still reported allocated by page_owner (pool entry skips reset_page_owner)", pooled_alloc);
+  if (!reused) FAIL("no pooled page was reused");
+  if (back != reused) FAIL("only %zu of %zu reused pages reported allocated again", back, reused);
+  munmap(q, n * PG);
+  PASS(" (%ld pooled pages free to page_owner, %zu reused ones allocated again)", pooled, back);
+}
+
 /* ---- hwpoison ------------------------------------------------------------ */
 static int poison(uint64_t pfn) {
   char b[64];
@@ -684,7 +735,8 @@ int main(int argc, char **argv) {
   static const struct { const char *name; void (*fn)(void); } tests[] = {
       {"uapi", test_uapi}, {"optout", test_optout}, {"memcg", test_memcg},
       {"hwpoison", test_hwpoison}, {"offline", test_offline}, {"cpuset", test_cpuset},
-      {"vmstat", test_vmstat}, {"thpstat", test_thpstat}, {"uffd", test_uffd}};
+      {"vmstat", test_vmstat}, {"thpstat", test_thpstat}, {"uffd", test_uffd},
+      {"pageowner", test_pageowner}};
   int failures = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
   /* The pool is per node and a fault takes a page of its own node: stay on
