@@ -490,7 +490,9 @@ static void test_pressure(void) {
   munmap(p, n * PG);
   long pool = reuse_pool_kb(), global = reuse_global_pages();
   long krec = proc_value("/proc/meminfo", "KReclaimable", ':');
-  if (pool < (long)(n * 4) / 2 || global < pool / 4) FAIL(t, "pool %ld kB, %ld pages in all pools (nr_page_reuse) before pressure", pool, global);
+  /* nr_page_reuse is a node stat: per-CPU deltas (up to ~125 pages per CPU)
+   * are not folded in yet. */
+  if (pool < (long)(n * 4) / 2 || global < pool / 4 - 512) FAIL(t, "pool %ld kB, %ld pages in all pools (nr_page_reuse) before pressure", pool, global);
   /* Pooled pages are reclaimable kernel memory (KReclaimable, and so
    * MemAvailable, count them); slab may move by a few hundred kB meanwhile. */
   if (krec0 < 0 || krec - krec0 < (pool - pool0) - 1024)
