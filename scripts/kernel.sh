@@ -11,8 +11,16 @@
 #   kernel.sh ci                build + test of the patched kernel; a kernel
 #                               that cannot be had is a SKIP (exit 0 with a
 #                               message), a failing guest test fails (exit 1);
-#                               then `cross` if time allows (see ci below)
-#   kernel.sh key [--stock]     prints the cache key
+#                               then `debug` and `cross` if time allows (see
+#                               ci below)
+#   kernel.sh key [--stock|--debug]  prints the cache key
+#   kernel.sh debug             builds (or finds cached) the debug kernel (the
+#                               series' config plus kernel/config-debug:
+#                               lockdep, DEBUG_VM, KASAN, page_owner,
+#                               debug_pagealloc, page_table_check) and runs the
+#                               guest tests on it; any lockdep splat, BUG,
+#                               KASAN report or WARNING in dmesg fails them
+#   build/image/boot --debug    the same for the debug kernel
 #   kernel.sh cross [ARCH...]   cross-builds what the series touches (the mm/
 #                               objects, fs/proc/task_mmu.o, kernel/fork.o and
 #                               the uapi headers) for arm64 alpha mips parisc
@@ -24,6 +32,9 @@
 # --stock: the same source and config without the patch series (a baseline
 # with the same config; `ci` and tests/kernel/run_guest.sh --stock use
 # Debian's stock kernel of the NUMA test bed instead, which needs no build).
+# --debug: the series with kernel/config-debug merged last, built in a tree
+# of its own (work-debug/, so that neither build undoes the other's objects),
+# cached under its own key.
 #
 # Config: `make tinyconfig` with kernel/config (and, with the series,
 # kernel/config-series: the options the series adds) merged over it, then
@@ -59,8 +70,16 @@ jobs=${LOCUS_KERNEL_JOBS:-$(nproc 2>/dev/null || echo 2)}
 build_limit=${LOCUS_KERNEL_BUILD_TIMEOUT:-2700}
 
 cmd=${1:-}; shift || true
-stock=0
+stock=0 debug=0
 if [ "${1:-}" = --stock ]; then stock=1; shift; fi
+if [ "${1:-}" = --debug ] || [ "$cmd" = debug ]; then debug=1; [ "${1:-}" = --debug ] && shift; fi
+# The source tree of the build: one per flavour (the debug config rebuilds
+# everything; sharing the tree would undo the normal build's objects).
+work=$cache/work
+((debug)) && work=$cache/work-debug
+# Kernel arguments of the debug kernel's guest (run-time switches of what
+# kernel/config-debug builds in).
+debug_append="debug_pagealloc=on page_owner=on"
 
 # patches: the series in order (empty with --stock).
 patches() {
@@ -188,6 +207,7 @@ key() {
     echo "pkg $(pkg_version)"
     cat "$series_dir/config"
     ((stock)) || cat "$series_dir/config-series"
+    ((debug)) && cat "$series_dir/config-debug"
     local p
     for p in $(patches); do echo "patch $p"; cat "$series_dir/$p"; done
   } | sha256sum | cut -c1-16
@@ -206,12 +226,12 @@ ensure_source() {
   [ -r "$tarball" ] || skip "$tarball missing (package $pkg broken?)"
   local v
   v=$(pkg_version)
-  if [ ! -f "$cache/work/.unpacked-$v" ]; then
-    say "unpacking $tarball into $cache/work"
-    rm -rf "$cache/work"
-    mkdir -p "$cache/work" && tar -xf "$tarball" -C "$cache/work" || die "cannot unpack $tarball"
-    mkdir -p "$cache/work/applied"
-    touch "$cache/work/.unpacked-$v"
+  if [ ! -f "$work/.unpacked-$v" ]; then
+    say "unpacking $tarball into $work"
+    rm -rf "$work"
+    mkdir -p "$work" && tar -xf "$tarball" -C "$work" || die "cannot unpack $tarball"
+    mkdir -p "$work/applied"
+    touch "$work/.unpacked-$v"
   fi
   for t in gcc make flex bison bc; do
     command -v $t >/dev/null 2>&1 || skip "$t not found (apt-get install build-essential flex bison bc)"
@@ -220,7 +240,7 @@ ensure_source() {
 
 # apply_series: makes work/applied/ equal to the wanted series.
 apply_series() {
-  local tree=$cache/work/$pkg app=$cache/work/applied want=() have=() p i
+  local tree=$work/$pkg app=$work/applied want=() have=() p i
   mapfile -t want < <(patches)
   [ -f "$app/series" ] && mapfile -t have <"$app/series"
   if [ "${want[*]:-}" = "${have[*]:-}" ]; then
@@ -230,7 +250,7 @@ apply_series() {
   fi
   # Files whose content ends up as it was keep their old mtime, so that
   # make does not rebuild what includes them.
-  local keep=$cache/work/keep-mtime f
+  local keep=$work/keep-mtime f
   rm -rf "$keep"; mkdir -p "$keep"
   for p in "${have[@]}" "${want[@]}"; do
     for f in $(grep -h '^+++ b/' "$app/$p" "$series_dir/$p" 2>/dev/null | sed 's|^+++ b/||' | sort -u); do
@@ -242,7 +262,7 @@ apply_series() {
     say "reverting $p"
     patch -d "$tree" -p1 -R -s --batch <"$app/$p" >&2 || {
       say "cannot revert $p: unpacking the source again"
-      rm -f "$cache/work"/.unpacked-*; ensure_source; break; }
+      rm -f "$work"/.unpacked-*; ensure_source; break; }
   done
   rm -f "$app"/*
   : >"$app/series"
@@ -266,18 +286,19 @@ build() {
   img=$cache/images/$k/vmlinux
   if [ -s "$img" ]; then echo "$img"; return 0; fi
   apply_series
-  local tree=$cache/work/$pkg
+  local tree=$work/$pkg
   mkdir -p "$cache/ccache" "$cache/images/$k"
   local cc=gcc
   if command -v ccache >/dev/null 2>&1; then cc="ccache gcc"; else say "no ccache: building without it"; fi
   export CCACHE_DIR=$cache/ccache CCACHE_BASEDIR=$tree CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
   export KBUILD_BUILD_TIMESTAMP="locus" KBUILD_BUILD_USER=locus KBUILD_BUILD_HOST=locus
   local t0=$SECONDS log=$cache/images/$k/build.log
-  say "building kernel $k ($([ $stock = 1 ] && echo stock || echo "series: $(patches | tr '\n' ' ')")) with -j$jobs at nice 19; log: $log"
+  say "building $( ((debug)) && echo "debug ")kernel $k ($([ $stock = 1 ] && echo stock || echo "series: $(patches | tr '\n' ' ')")) with -j$jobs at nice 19; log: $log"
   (
     cd "$tree" || exit 1
     make -s tinyconfig >/dev/null &&
-    scripts/kconfig/merge_config.sh -m .config "$series_dir/config" $( ((stock)) || echo "$series_dir/config-series") >/dev/null &&
+    scripts/kconfig/merge_config.sh -m .config "$series_dir/config" $( ((stock)) || echo "$series_dir/config-series") \
+      $( ((debug)) && echo "$series_dir/config-debug") >/dev/null &&
     make -s olddefconfig >/dev/null &&
     timeout "$build_limit" nice -n 19 make -j"$jobs" CC="$cc" HOSTCC="$cc" vmlinux
   ) >"$log" 2>&1
@@ -288,7 +309,11 @@ build() {
   ((st == 0)) || { tail -30 "$log" >&2; die "kernel build failed (log: $log)"; }
   # The config must keep what the guest and the tests rely on.
   local opt
-  for opt in CONFIG_NUMA CONFIG_TRANSPARENT_HUGEPAGE CONFIG_MIGRATION CONFIG_USERFAULTFD CONFIG_PVH CONFIG_SERIAL_8250_CONSOLE CONFIG_BLK_DEV_INITRD; do
+  local opts=(CONFIG_NUMA CONFIG_TRANSPARENT_HUGEPAGE CONFIG_MIGRATION CONFIG_USERFAULTFD CONFIG_PVH CONFIG_SERIAL_8250_CONSOLE CONFIG_BLK_DEV_INITRD)
+  # The debug config must have kept every option it asks for (a missing
+  # dependency drops one silently).
+  ((debug)) && mapfile -t -O ${#opts[@]} opts < <(sed -n 's/^\(CONFIG_[A-Z0-9_]*\)=y$/\1/p' "$series_dir/config-debug")
+  for opt in "${opts[@]}"; do
     grep -qx "$opt=y" "$tree/.config" || die "$opt is not set in the built config"
   done
   cp "$tree/vmlinux" "$img.tmp" && strip --strip-debug "$img.tmp" 2>/dev/null; mv "$img.tmp" "$img"
@@ -300,14 +325,18 @@ build() {
 image() {
   local img
   img=$cache/images/$(key)/vmlinux
-  [ -s "$img" ] || { say "no cached kernel for key $(key) (run: scripts/kernel.sh build$([ $stock = 1 ] && echo ' --stock'))"; return 77; }
+  [ -s "$img" ] || { say "no cached kernel for key $(key) (run: scripts/kernel.sh build$([ $stock = 1 ] && echo ' --stock')$([ $debug = 1 ] && echo ' --debug'))"; return 77; }
   echo "$img"
 }
 
 # guest_tests IMAGE: builds the static test programs and runs them in the guest.
 guest_tests() {
   local img=$1
-  if ((stock)); then bash "$repo/tests/kernel/run_guest.sh" --stock "$img"; else bash "$repo/tests/kernel/run_guest.sh" "$img"; fi
+  if ((debug)); then
+    # Slower (KASAN, lockdep, debug_pagealloc under TCG): a longer timeout.
+    LOCUS_KERNEL_GUEST_APPEND="$debug_append" LOCUS_KERNEL_TEST_TIMEOUT=${LOCUS_KERNEL_DEBUG_TEST_TIMEOUT:-2400} \
+      bash "$repo/tests/kernel/run_guest.sh" "$img"
+  elif ((stock)); then bash "$repo/tests/kernel/run_guest.sh" --stock "$img"; else bash "$repo/tests/kernel/run_guest.sh" "$img"; fi
 }
 
 case "$cmd" in
@@ -319,8 +348,10 @@ case "$cmd" in
     img=$(image) || exit $?
     [ "${1:-}" = -- ] && shift
     (($#)) || set -- sh -c 'uname -a; cat /proc/cmdline'
-    exec bash "$repo/tests/numa/guest/run.sh" --nodes 2 --cpus 2 --kernel "$img" -- "$@" ;;
-  test)
+    dappend=()
+    ((debug)) && dappend=(--append "$debug_append")
+    exec bash "$repo/tests/numa/guest/run.sh" --nodes 2 --cpus 2 --kernel "$img" "${dappend[@]}" -- "$@" ;;
+  test|debug)
     img=$(build) || exit $?
     guest_tests "$img" ;;
   ci)
@@ -334,6 +365,22 @@ case "$cmd" in
     bash "$repo/tests/kernel/run_guest.sh" --stock; st=$?
     ((st == 0 || st == 77)) || { say "kernel guest tests FAILED (stock kernel)"; exit 1; }
     say "kernel guest tests passed"
+    # The debug kernel (lockdep, DEBUG_VM, KASAN, page_owner,
+    # debug_pagealloc): its build from scratch takes about as long as the
+    # normal one and its guest tests are slower, so only while the kernel
+    # step leaves CI time for it, within a bound; a splat fails CI, a
+    # machine too slow skips it.  Cached like the normal build.
+    if ((SECONDS > ${LOCUS_DEBUG_START_LIMIT:-1500})); then
+      say "debug kernel skipped: the kernel step already took $SECONDS s (LOCUS_DEBUG_START_LIMIT)"
+    else
+      timeout "${LOCUS_DEBUG_TIMEOUT:-3000}" bash "$0" debug; st=$?
+      case $st in
+        0) say "debug kernel: guest tests passed" ;;
+        77) say "debug kernel skipped (reason above)" ;;
+        124) say "debug kernel skipped: not done within ${LOCUS_DEBUG_TIMEOUT:-3000} s (LOCUS_DEBUG_TIMEOUT)" ;;
+        *) say "debug kernel guest tests FAILED"; exit 1 ;;
+      esac
+    fi
     # Cross-builds of what the series touches (arm64 alpha mips parisc, the
     # option on and off; ~2-3 min per build on 2 quiet cores, cached):
     # only while the kernel step leaves CI time for them, and within a

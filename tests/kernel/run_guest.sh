@@ -15,6 +15,7 @@
 # the pool's default bound (a quarter of RAM) in a 1 GiB guest, which would
 # make a recycled working set of 30 % of RAM the measured case (an HPC node
 # has 2-8 GiB per core; docs/kernel.md, Measurements).
+# LOCUS_KERNEL_GUEST_APPEND: more kernel arguments for the patched kernel.
 # Exit status: the guest's (0 all passed); 77 skip.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -76,8 +77,10 @@ fi
 envs=()
 # movablecore=: half of the memory in ZONE_MOVABLE, so that the offline test
 # finds blocks holding pooled pages that may go offline.
+# LOCUS_KERNEL_GUEST_APPEND: more kernel arguments (scripts/kernel.sh debug:
+# debug_pagealloc=on page_owner=on).
 append=()
-[ $mode = patched ] && append=(--append "movablecore=50%")
+[ $mode = patched ] && append=(--append "movablecore=50%${LOCUS_KERNEL_GUEST_APPEND:+ $LOCUS_KERNEL_GUEST_APPEND}")
 exec bash "$repo/tests/numa/guest/run.sh" --nodes 2 --cpus 2 --mem-per-node "${gmem:-512M}" "${append[@]}" \
   --timeout "${LOCUS_KERNEL_TEST_TIMEOUT:-$([ -n "$bench" ] && echo 3600 || echo 900)}" --kernel "$img" "${files[@]}" "${envs[@]}" \
   -- /bin/sh /guest_tests.sh "$mode" $bench
