@@ -365,36 +365,37 @@ case "$cmd" in
     bash "$repo/tests/kernel/run_guest.sh" --stock; st=$?
     ((st == 0 || st == 77)) || { say "kernel guest tests FAILED (stock kernel)"; exit 1; }
     say "kernel guest tests passed"
-    # The debug kernel (lockdep, DEBUG_VM, KASAN, page_owner,
-    # debug_pagealloc): its build from scratch takes about as long as the
-    # normal one and its guest tests are slower, so only while the kernel
-    # step leaves CI time for it, within a bound; a splat fails CI, a
-    # machine too slow skips it.  Cached like the normal build.
-    if ((SECONDS > ${LOCUS_DEBUG_START_LIMIT:-1500})); then
-      say "debug kernel skipped: the kernel step already took $SECONDS s (LOCUS_DEBUG_START_LIMIT)"
-    else
-      timeout "${LOCUS_DEBUG_TIMEOUT:-3000}" bash "$0" debug; st=$?
+    # Optional parts, cheapest first, each only while the time left of the
+    # whole CI run allows it (LOCUS_CI_START, set by .ci/run; else this
+    # step's start; LOCUS_CI_BUDGET seconds in all, 85 min by default, of
+    # CI's 90), and within that time: a failure fails CI, a machine too
+    # slow skips them.
+    #  - cross-builds of what the series touches (arm64 alpha mips parisc,
+    #    the option on and off; ~7 min cold on 2 quiet cores, cached);
+    #  - the debug kernel (lockdep, DEBUG_VM, KASAN, page_owner,
+    #    debug_pagealloc): a build from scratch as long as the normal one or
+    #    longer, and guest tests ~10 times slower; cached like the normal
+    #    build.
+    start=${LOCUS_CI_START:-$(($(date +%s) - SECONDS))}
+    budget=${LOCUS_CI_BUDGET:-5100}
+    left() { echo $((budget - ($(date +%s) - start))); }
+    optional() {                       # optional NAME NEEDED-SECONDS COMMAND...
+      local name=$1 need=$2; shift 2
+      local l; l=$(left)
+      if ((l < need)); then
+        say "$name skipped: $l s left of the CI budget (LOCUS_CI_BUDGET=$budget s), $need s wanted"
+        return 0
+      fi
+      timeout -k 30 "$l" "$@"; local st=$?
       case $st in
-        0) say "debug kernel: guest tests passed" ;;
-        77) say "debug kernel skipped (reason above)" ;;
-        124) say "debug kernel skipped: not done within ${LOCUS_DEBUG_TIMEOUT:-3000} s (LOCUS_DEBUG_TIMEOUT)" ;;
-        *) say "debug kernel guest tests FAILED"; exit 1 ;;
+        0) say "$name passed" ;;
+        77) say "$name skipped (reason above)" ;;
+        124|137) say "$name skipped: not done within the $l s left of the CI budget" ;;
+        *) say "$name FAILED"; return 1 ;;
       esac
-    fi
-    # Cross-builds of what the series touches (arm64 alpha mips parisc, the
-    # option on and off; ~2-3 min per build on 2 quiet cores, cached):
-    # only while the kernel step leaves CI time for them, and within a
-    # bound; a compile error fails CI, a machine too slow skips them.
-    if ((SECONDS > ${LOCUS_CROSS_START_LIMIT:-2400})); then
-      say "cross-builds skipped: the kernel step already took $SECONDS s (LOCUS_CROSS_START_LIMIT)"
-      exit 0
-    fi
-    timeout "${LOCUS_CROSS_TIMEOUT:-1800}" bash "$0" cross; st=$?
-    case $st in
-      0) say "cross-builds passed" ;;
-      77) say "cross-builds skipped (reason above)" ;;
-      124) say "cross-builds skipped: not done within ${LOCUS_CROSS_TIMEOUT:-1800} s (LOCUS_CROSS_TIMEOUT)" ;;
-      *) say "cross-builds FAILED"; exit 1 ;;
-    esac ;;
+    }
+    optional "cross-builds" "${LOCUS_CROSS_NEED:-600}" bash "$0" cross || exit 1
+    optional "debug kernel guest tests" "${LOCUS_DEBUG_NEED:-1500}" bash "$0" debug || exit 1
+    ;;
   *) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
 esac
