@@ -53,6 +53,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
 
 #include "numa/next_touch.h"
 
@@ -220,6 +221,18 @@ static nt_claim_t claim_in(nt_slot_t *r, uintptr_t x, nt_group_t *g, bool want_u
   }
 }
 
+/* The program closed locus's userfaultfd (close_range), so the kernel
+ * dropped the range's registration with the file: the group's pages come
+ * back by a copy from the stash, the resident ones (a hole stays a hole),
+ * rather than being lost. Accesses meanwhile saw zero pages (docs/numa.md). */
+static void uffd_lost_restore(const nt_group_t *g) {
+  size_t page = os_page_size(), len = g->b - g->a;
+  for (size_t off = 0; off < len; off += page)
+    if (os_page_resident((void *)(g->stash + off))) memcpy((void *)(g->a + off), (void *)(g->stash + off), page);
+  os_release((void *)g->stash, len);
+  atomic_fetch_add(&nt_epoch, 1);
+}
+
 /* The userfaultfd engine's owner of a group: the group's pages wait in the
  * stash; move them to the node, then back into the range (page tables, no
  * copy; a page the kernel will not move, shared with a fork child, is
@@ -227,6 +240,10 @@ static nt_claim_t claim_in(nt_slot_t *r, uintptr_t x, nt_group_t *g, bool want_u
  * it), and drop the stash's part. Never touches the range itself. */
 static void uffd_finish(const nt_group_t *g, int node) {
   size_t page = os_page_size(), len = g->b - g->a, off = 0;
+  if (!os_fd_is(uffd, &uffd_id)) {     /* the program closed locus's descriptor: no userfaultfd any more */
+    uffd_lost_restore(g);
+    return;
+  }
   migrate_group(g->stash, g->stash + len, node);
   while (off < len) {
     long m = os_uffd_move(uffd, (void *)(g->a + off), (void *)(g->stash + off), len - off);
@@ -411,8 +428,10 @@ static void nt_resolve_all(void);
  * back every pending range (the exit handlers run on this thread, which
  * could not serve their faults). It reads only while the descriptor is
  * still its file. */
+static LOCUS_TLS bool in_uffd_server;
 static void *uffd_thread(void *arg) {
   (void)arg;
+  in_uffd_server = true;
   os_uffd_fault_t ev[16];
   for (;;) {
     int n = os_uffd_read(uffd, &uffd_id, ev, 16, 1000);
@@ -423,12 +442,16 @@ static void *uffd_thread(void *arg) {
     if (n < 0 && errno != EINTR && errno != EAGAIN) {
       /* Most likely the program closed every descriptor (close_range): the
        * kernel dropped the registrations with the last reference, so the
-       * pending ranges read as zeros from now on (docs/numa.md). Later marks
-       * use page protection rather than a descriptor number that may now
-       * name another file of the program's. */
+       * pending ranges read as zeros until their pages are copied back from
+       * the stash, now (uffd_lost_restore; docs/numa.md). Later marks use
+       * page protection rather than a descriptor number that may now name
+       * another file of the program's. */
+      int err = errno;
       atomic_store(&engine, 2);
+      nt_resolve_all();
       locus_warn("next touch: locus's userfaultfd descriptor is gone (errno %d; closed by the program?): "
-                 "ranges pending now lose their contents; later marks use page protection", errno);
+                 "pending ranges read as zeros until now, their contents copied back; later marks use page "
+                 "protection", err);
       os_internal_thread_gone();
       return NULL;
     }
@@ -460,7 +483,7 @@ static void nt_resolve_all(void) {
 }
 static void nt_fork_child(void) {
   os_internal_fork_child();            /* the server thread is not in the child */
-  if (uffd >= 0) os_close(uffd);
+  if (uffd >= 0 && os_fd_is(uffd, &uffd_id)) os_close(uffd);   /* a number the program reused stays its */
   uffd = -1;
   atomic_store(&engine, 0);
 }
@@ -499,6 +522,10 @@ static bool engine_uffd(void) {
 }
 
 static int mark_range(region_t *owner, uintptr_t a, uintptr_t b) {
+  /* The userfaultfd server marking (the exit handlers it runs when it ends
+   * the process): it could not serve its own faults, so nothing is marked
+   * and the pages stay where they are. */
+  if (in_uffd_server) return 0;
   atomic_store_explicit(&nt_can_move, topology_allowed_count() > 1, memory_order_relaxed);
   size_t page = os_page_size();
   size_t pages = (b - a) / page;

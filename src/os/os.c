@@ -442,6 +442,11 @@ int os_uffd_open(bool *thread_id) {
     api.features = UFFD_FEATURE_MOVE | (with_tid ? UFFD_FEATURE_THREAD_ID : 0);
     if (ioctl(fd, UFFDIO_API, &api) == 0) {
       *thread_id = with_tid;
+      if (fd < 3) {                      /* never a standard descriptor: the program may reopen them */
+        int high = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+        close(fd);
+        fd = high;
+      }
       return fd;
     }
     /* A failed handshake leaves the descriptor unusable: start again. */
@@ -653,7 +658,11 @@ int os_internal_thread_start(void *(*fn)(void *), void *arg) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
-  if (!atomic_exchange(&program_mask_set, true)) program_mask = old;
+  /* The program's mask: not the one of a hold of locus's, which blocks
+   * everything (next touch starts its server inside one); SIGSEGV blocked
+   * tells it, as programs do not block it. Without one, exit runs with
+   * every signal deliverable. */
+  if (!sigismember(&old, SIGSEGV) && !atomic_exchange(&program_mask_set, true)) program_mask = old;
   atomic_fetch_add(&internal_threads, 1);
   int err = pthread_create(&t, &attr, fn, arg);
   if (err) atomic_fetch_sub(&internal_threads, 1);
@@ -672,9 +681,21 @@ bool os_internal_exit_due(void) {
   return !atomic_exchange(&exiting, true);   /* false: another of locus's threads is ending the process */
 }
 
+/* An exit handler that ends this thread with pthread_exit abandons the
+ * exit: another of locus's threads may then end the process. */
+static void exit_abandoned(void *arg) {
+  (void)arg;
+  atomic_fetch_sub(&internal_threads, 1);
+  atomic_store(&exiting, false);
+}
 void os_internal_exit(void) {
-  pthread_sigmask(SIG_SETMASK, &program_mask, NULL);
+  sigset_t mask;
+  if (atomic_load(&program_mask_set)) mask = program_mask;
+  else sigemptyset(&mask);
+  pthread_sigmask(SIG_SETMASK, &mask, NULL);
+  pthread_cleanup_push(exit_abandoned, NULL);
   exit(0);
+  pthread_cleanup_pop(0);
 }
 
 void os_internal_fork_child(void) {

@@ -217,6 +217,67 @@ static int case_uffd_reuse(void) {
   return 0;
 }
 
+/* The userfaultfd server ends the process (it is locus's first thread,
+ * started inside a hold of every signal): the exit handlers run with the
+ * program's signals deliverable, may mark a range for next touch and read
+ * it (the server could not serve that fault: nothing is marked), and one
+ * that leaves by pthread_exit after starting a worker does not keep the
+ * process alive. */
+static void mask_handler(void) {
+  sigset_t m;
+  pthread_sigmask(SIG_SETMASK, NULL, &m);
+  if (sigismember(&m, SIGTERM) || sigismember(&m, SIGSEGV)) _exit(5);
+  char *q = big(3);
+  if (locus_next_touch(q, 8 * MiB)) _exit(6);
+  long sum = 0;
+  for (size_t i = 0; i < 8 * MiB; i += 4096) sum += q[i];
+  if (sum != 3 * 2048) _exit(7);
+}
+static int case_uffd_exit_handler(void) {
+  char *p = big(1);
+  LC_CHECK(locus_next_touch(p, 8 * MiB) == 0, "locus_next_touch");
+  atexit(mask_handler);
+  pthread_exit(NULL);
+}
+static void *short_worker(void *arg) {
+  usleep(100000);
+  return arg;
+}
+static void leaving_handler(void) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, short_worker, NULL) == 0) pthread_exit(NULL);
+}
+static int case_exit_handler_leaves(void) {
+  char *p = big(1);                    /* the sampler (LOCUS_KSM=auto) */
+  LC_CHECK(locus_next_touch(p, 8 * MiB) == 0, "locus_next_touch");   /* and the userfaultfd server */
+  atexit(leaving_handler);
+  pthread_exit(NULL);
+}
+
+/* The program closes the userfaultfd while a range is pending: once the
+ * server notices (within a second), the range's contents are copied back,
+ * and resolve, fork and free go on. */
+static int case_uffd_closed(void) {
+  char *p = big(1);
+  LC_CHECK(locus_next_touch(p, 8 * MiB) == 0, "locus_next_touch");
+  if (uffd_number() < 0) {
+    lc_say("no userfaultfd engine here: skipped\n");
+    return 0;
+  }
+  close_from_3();
+  usleep(1500000);
+  long sum = 0;
+  for (size_t i = 0; i < 8 * MiB; i += 4096) sum += p[i];
+  LC_CHECK(sum == 2048, "the pending range's contents after the descriptor was closed: sum %ld, 2048 expected", sum);
+  LC_CHECK(locus_next_touch_resolve(p, 8 * MiB) == 0, "resolve");
+  pid_t c = fork();
+  if (c == 0) _exit(0);
+  int st;
+  waitpid(c, &st, 0);
+  free(p);
+  return 0;
+}
+
 /* In a new PID namespace whose /proc is still the host's: /proc/PID names
  * another process there; the program must not be ended while it works. */
 static void *busy(void *arg) {
@@ -283,12 +344,16 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "next_touch_atexit")) return case_next_touch_atexit();
     if (!strcmp(argv[1], "uffd_reuse")) return case_uffd_reuse();
     if (!strcmp(argv[1], "pidns")) return case_pidns();
+    if (!strcmp(argv[1], "uffd_exit_handler")) return case_uffd_exit_handler();
+    if (!strcmp(argv[1], "exit_handler_leaves")) return case_exit_handler_leaves();
+    if (!strcmp(argv[1], "uffd_closed")) return case_uffd_closed();
     return 2;
   }
   static const struct { const char *name, *ksm; } cases[] = {
       {"exit_stack", "auto"}, {"nofile", "auto"},         {"next_touch", "off"},        {"next_touch", "auto"},
       {"fork_race", "auto"},  {"pidfile", "auto"},        {"fork_fd", "auto"},          {"next_touch_atexit", "off"},
-      {"uffd_reuse", "off"},  {"pidns", "auto"}};
+      {"uffd_reuse", "off"},  {"pidns", "auto"},          {"uffd_exit_handler", "off"}, {"exit_handler_leaves", "auto"},
+      {"uffd_closed", "off"}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     int st = run_case("/proc/self/exe", cases[i].name, cases[i].ksm);
     LC_CHECK(st == 0, "%s (LOCUS_KSM=%s): %s %d", cases[i].name, cases[i].ksm,
