@@ -32,7 +32,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -40,6 +39,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (host_info)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NETNS_ENV = "LOCUS_OVERLAP_NETNS"
@@ -92,25 +94,13 @@ def find_bin(arg):
 
 
 def host_info():
-    info = {"kernel": platform.release(), "nproc": os.cpu_count(), "python": platform.python_version()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    """The harness's host description (tools/bench.py) and the MPI runtime."""
+    info = bench.host_info()
     try:
         out = subprocess.run(["mpirun", "--version"], capture_output=True, text=True, timeout=30).stdout
         info["mpi"] = out.splitlines()[0].strip() if out else None
     except (OSError, subprocess.SubprocessError):
         info["mpi"] = None
-    try:
-        info["git_commit"] = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                                            capture_output=True, text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        info["git_commit"] = None
     return info
 
 
@@ -354,7 +344,7 @@ def write_md(path, meta, cells, variants):
                   "runs and validates. Its figures are not results.", ""]
     lines += ["- command: `%s`" % meta["command"],
               "- date: %s; host: %s, %s CPUs, kernel %s; %s" % (meta["date"], meta["host"].get("cpu", "?"),
-                                                               meta["host"].get("nproc"), meta["host"].get("kernel"),
+                                                               meta["host"].get("cpus", meta["host"].get("nproc")), meta["host"].get("kernel"),
                                                                meta["host"].get("mpi")),
               "- link: loopback of a private network namespace, `%s`, MTU %d; Open MPI over TCP "
               "(pml ob1, btl tcp,self), 2 ranks, --bind-to none, mpi_yield_when_idle 1%s"
