@@ -5,7 +5,9 @@
 #         with -fsanitize=undefined; the tests call the locus_* names.
 #   tsan  clang, -DLOCUS_NO_OVERRIDE=ON -DLOCUS_TSAN=ON: locus sources, the
 #         stress test and the adversarial suite instrumented with ThreadSanitizer.
-# Passes when every program exits 0 and no sanitizer report appears.
+# Passes when every program exits 0 and no sanitizer report appears; each
+# program has SAN_STEP_TIMEOUT seconds (default 400): past it the step fails as a
+# hang, with the seconds each step took printed beside it.
 #   run.sh SOURCE_DIR BINARY_DIR [asan] [tsan]      (default: both)
 # Environment: SAN_STRESS_OPS (ops per thread, default 60000 asan / 30000 tsan),
 # SAN_ADV_SECONDS (each adversarial case's budget in seconds, default 1).
@@ -38,6 +40,7 @@ status=0
 
 build() { # dir, extra cmake args...
   dir=$1; shift
+  t0=$(date +%s)
   [ -f "$dir/Makefile" ] && gen=""   # keep the generator of an existing dir
   # shellcheck disable=SC2086
   if ! CC=$clang CXX=$clangxx cmake -S "$src" -B "$dir" $gen -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -47,6 +50,7 @@ build() { # dir, extra cmake args...
   if ! cmake --build "$dir" --target stress san_checks adversarial -j 2 >"$dir.build.log" 2>&1; then
     tail -50 "$dir.build.log"; echo "sanitizers: build of $dir FAILED"; return 1
   fi
+  echo "sanitizers: built $dir in $(( $(date +%s) - t0 )) s"
 }
 
 # Runs a program; fails on a non-zero exit or on any sanitizer report in its output.
@@ -54,19 +58,25 @@ check() { # name, command...
   name=$1; shift
   log=$tmp/$name.log
   echo "sanitizers: $name: $*"
-  "$@" >"$log" 2>&1
+  t0=$(date +%s)
+  timeout -k 10 "${SAN_STEP_TIMEOUT:-400}" "$@" >"$log" 2>&1
   rc=$?
+  secs=$(( $(date +%s) - t0 ))
   grep -E '^stress: (allocator|replay)|san_checks:|^adversarial: [a-z_]+ +[0-9]+ rounds' "$log" | head -6
   if grep -qE 'ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|WARNING: ThreadSanitizer|ThreadSanitizer: reported' "$log"; then
     echo "sanitizers: $name: sanitizer REPORT:"
     grep -A40 -E 'ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|WARNING: ThreadSanitizer' "$log" | head -120
     status=1
+  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "sanitizers: $name: TIMED OUT after $secs s (SAN_STEP_TIMEOUT=${SAN_STEP_TIMEOUT:-400}): a hang, or a machine far slower than 2 cores"
+    tail -30 "$log"
+    status=1
   elif [ $rc -ne 0 ]; then
-    echo "sanitizers: $name: FAILED (exit $rc)"
+    echo "sanitizers: $name: FAILED (exit $rc, $secs s)"
     tail -30 "$log"
     status=1
   else
-    echo "sanitizers: $name: clean"
+    echo "sanitizers: $name: clean ($secs s)"
   fi
 }
 
