@@ -22,7 +22,8 @@ die() { say "FAIL: $*" >&2; exit 1; }
 [ -f "$lib" ] || die "no library $lib"
 command -v readelf >/dev/null || { say "SKIP: readelf not installed (binutils)"; exit 77; }
 
-readelf -lW "$lib" | grep -qE '^ +TLS ' || die "$lib has no PT_TLS segment: was it built from locus's sources?"
+phdrs=$(readelf -lW "$lib")   # not piped into grep -q: pipefail and SIGPIPE
+printf '%s\n' "$phdrs" | grep -qE '^ +TLS ' || die "$lib has no PT_TLS segment: was it built from locus's sources?"
 flags=$(readelf -dW "$lib" | grep -E '\(FLAGS\)' || true)
 say "$(basename "$lib"): dynamic FLAGS: ${flags:-(none)}"
 tprel=$(readelf -rW "$lib" | grep -cE 'R_[A-Z0-9_]*(TPOFF|TPREL)' || true)

@@ -109,7 +109,10 @@ for v in unset 0; do
   fi
 done
 # The preload did take in the quiet runs (else their silence proves nothing).
-LD_PRELOAD=$LOCUS_LIB cat /proc/self/maps 2>/dev/null | grep -qF "$(readlink -f "$LOCUS_LIB")" ||
+# (Read into a variable first: under pipefail, grep -q leaving at its first
+# match could kill cat with SIGPIPE and fail the pipeline.)
+maps=$(LD_PRELOAD=$LOCUS_LIB cat /proc/self/maps 2>/dev/null)
+printf '%s\n' "$maps" | grep -qF "$(readlink -f "$LOCUS_LIB")" ||
   bad "$LOCUS_LIB is not mapped in a preloaded process"
 
 # A wrong path: glibc's ld.so complains and runs the program without it.
