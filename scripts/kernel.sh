@@ -159,6 +159,9 @@ cross_one() {
     local objs="mm/mmap.o mm/madvise.o mm/memory.o mm/mmu_gather.o mm/swap.o fs/proc/task_mmu.o kernel/fork.o" &&
     { grep -qx CONFIG_TRANSPARENT_HUGEPAGE=y "$out/.config" && objs+=" mm/huge_memory.o" || true; } &&
     { grep -qx CONFIG_NUMA=y "$out/.config" && objs+=" mm/mempolicy.o" || true; } &&
+    { grep -qx CONFIG_COMPACTION=y "$out/.config" && objs+=" mm/compaction.o" || true; } &&
+    { grep -qx CONFIG_MEMORY_ISOLATION=y "$out/.config" && objs+=" mm/page_isolation.o" || true; } &&
+    { grep -qx CONFIG_MEMCG=y "$out/.config" && objs+=" mm/memcontrol.o" || true; } &&
     { [ "$opt" = on ] && objs+=" mm/page_reuse.o" || true; } &&
     nice -n 19 "${mk[@]}" $objs &&
     # The uapi headers: the flag and the advice defined, the flag unlike

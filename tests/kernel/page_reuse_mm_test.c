@@ -17,7 +17,8 @@
  *             mapping sees none of their data
  *   memcg     in a cgroup with memory.max=64M, faulting and unmapping
  *             640 MiB: the pool stays inside memory.current <= memory.max,
- *             no oom; a cgroup that really runs out has an oom kill
+ *             no oom, memory.stat's page_reuse is the pool (issue 27, third
+ *             round); a cgroup that really runs out has an oom kill
  *   hwpoison  a pooled page (order 0, and a page of a pooled THP) poisoned
  *             through /sys/devices/system/memory/hard_offline_page is never
  *             mapped again
@@ -182,6 +183,19 @@ static long keyed_value(const char *path, const char *key) {
   return -1;
 }
 
+/* "key value" in a long flat keyed file (memory.stat), -1 when absent. */
+static long stat_value(const char *path, const char *key) {
+  char line[256];
+  size_t n = strlen(key);
+  long v = -1;
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n) && line[n] == ' ') { v = strtol(line + n + 1, NULL, 10); break; }
+  fclose(f);
+  return v;
+}
+
 static int smaps_has_pr(void *addr) {
   FILE *f = fopen("/proc/self/smaps", "r");
   char line[512];
@@ -332,6 +346,17 @@ static void memcg_churn(void) {
   if (worst_pool > worst_cur || pool > cur)
     FAIL("the pool (%ld bytes at most) is not inside memory.current (%ld at most): pooled pages escape the cgroup", worst_pool, worst_cur);
   if (worst_sum > max) FAIL("pool + charged memory reached %ld > memory.max %ld", worst_sum, max);
+  /* memory.stat's page_reuse is the pools of the cgroup (this process's
+   * alone), up to the memcg statistics' per-cpu batching. */
+  snprintf(path, sizeof path, "%s/memory.stat", cg);
+  long st = stat_value(path, "page_reuse");
+  if (st < 0)
+    printf("  memory.stat has no page_reuse (a series before issue 27's third round)\n");
+  else {
+    printf("  memory.stat page_reuse %ld, pool %ld\n", st, pool);
+    if (labs(st - pool) > (2L << 20)) FAIL("memory.stat page_reuse %ld is not the pool, %ld bytes", st, pool);
+  }
+  snprintf(path, sizeof path, "%s/memory.current", cg);
   /* The pool serves the next flagged faults (the charge stays). */
   char *q = map_anon(chunk, MAP_PAGE_REUSE_);
   long h0 = reuse_hits();
