@@ -39,6 +39,8 @@
  *             takes no page from the pool
  *   hwpoison  (above) also: the pool hits count only the pages reused, the
  *             poisoned ones are drops
+ *   memcg_removed  a pool charged to a removed cgroup (its task moved to a
+ *             sibling) is freed by the parent's memory.reclaim (third round)
  *   pageowner on a kernel with page_owner (the debug kernel, kernel.sh
  *             debug): a pooled page is not reported allocated in
  *             /sys/kernel/debug/page_owner, a reused one is again (the
@@ -413,6 +415,65 @@ static void test_memcg(void) {
   PASS(" (pool inside memory.current <= memory.max, no oom while pooling, an oom kill when it runs out)");
 }
 
+/* ---- memcg_removed ------------------------------------------------------ */
+/* A pool charged to a cgroup that was removed (its task moved on) must stay
+ * reclaimable: the removed cgroup's reclaim never runs again, its ancestor's
+ * must free the pool (issue 27, third round: before, no reclaim reached it,
+ * and a container at its limit or the whole machine went out of memory). */
+static void test_memcg_removed(void) {
+  const char *p = "/sys/fs/cgroup/i27rm", *x = "/sys/fs/cgroup/i27rm/x", *y = "/sys/fs/cgroup/i27rm/y";
+  char path[160], b[32];
+  mkdir("/sys/fs/cgroup", 0755);
+  if (mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL) != 0 && errno != EBUSY)
+    FAIL("mount cgroup2: %s", strerror(errno));
+  if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory")) FAIL("cannot enable the memory controller");
+  rmdir(x); rmdir(y); rmdir(p);
+  if (mkdir(p, 0755) || mkdir(x, 0755) || mkdir(y, 0755)) FAIL("mkdir under %s: %s", p, strerror(errno));
+  snprintf(path, sizeof path, "%s/cgroup.subtree_control", p);
+  if (write_file(path, "+memory")) FAIL("cannot enable the memory controller in %s", p);
+  int up[2], down[2];
+  if (pipe(up) || pipe(down)) FAIL("pipe");
+  pid_t pid = fork();
+  if (pid == 0) { /* pools 64 MiB in x, moves to y, waits for x to go */
+    size_t len = 64UL << 20;
+    char c = 0;
+    snprintf(b, sizeof b, "%d", getpid());
+    snprintf(path, sizeof path, "%s/cgroup.procs", x);
+    if (write_file(path, b)) { printf("FAIL memcg_removed: cannot join %s\n", x); exit(1); }
+    char *q = map_anon(len, MAP_PAGE_REUSE_);
+    if (!q) exit(1);
+    for (size_t o = 0; o < len; o += PG) q[o] = 1;
+    munmap(q, len);
+    long before = reuse_pool_kb();
+    snprintf(path, sizeof path, "%s/cgroup.procs", y);
+    if (write_file(path, b)) { printf("FAIL memcg_removed: cannot join %s\n", y); exit(1); }
+    if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1) exit(1);
+    long after = reuse_pool_kb();
+    printf("  memcg_removed: pool %ld kB pooled in the removed cgroup, %ld kB after its parent's memory.reclaim\n", before, after);
+    if (before < 32768) { printf("FAIL memcg_removed: only %ld kB pooled\n", before); exit(1); }
+    if (after > before / 4) {
+      printf("FAIL memcg_removed: the parent's reclaim freed %ld of %ld kB: a pool charged to a removed cgroup is out of reclaim's reach\n",
+             before - after, before);
+      exit(1);
+    }
+    exit(0);
+  }
+  char c;
+  if (read(up[0], &c, 1) != 1) FAIL("the child did not pool (status unknown)");
+  if (rmdir(x) != 0) FAIL("rmdir %s: %s", x, strerror(errno));
+  /* The cgroup goes offline after rmdir returns (an RCU grace period and a
+   * work item later): until then its own reclaim still runs. */
+  sleep(2);
+  snprintf(path, sizeof path, "%s/memory.reclaim", p);
+  int r = write_file(path, "128M"); /* fails (EAGAIN) when less was reclaimed: the child judges */
+  if (write(down[1], &c, 1) != 1) FAIL("pipe");
+  int st;
+  waitpid(pid, &st, 0);
+  rmdir(y); rmdir(p);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) FAIL("see above (child status %#x, memory.reclaim %s)", st, r ? "short" : "ok");
+  PASS(" (a removed cgroup's pool is reclaimed by its parent)");
+}
+
 /* ---- cpuset -------------------------------------------------------------- */
 static int node_of(void *p) {
   int node = -1;
@@ -773,7 +834,7 @@ int main(int argc, char **argv) {
       {"uapi", test_uapi}, {"optout", test_optout}, {"memcg", test_memcg},
       {"hwpoison", test_hwpoison}, {"offline", test_offline}, {"cpuset", test_cpuset},
       {"vmstat", test_vmstat}, {"thpstat", test_thpstat}, {"uffd", test_uffd},
-      {"pageowner", test_pageowner}};
+      {"pageowner", test_pageowner}, {"memcg_removed", test_memcg_removed}};
   int failures = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
   /* The pool is per node and a fault takes a page of its own node: stay on
