@@ -14,6 +14,10 @@ if [ $# -eq 0 ] || [ -z "$modes" ]; then
 fi
 lib=${LOCUS_LIB:-/liblocus.so}
 first=0
+# Automatic NUMA balancing (on in Debian's kernel) may move pages behind the
+# placement checks' back: the tests measure locus's placement, not the
+# kernel's, so it is off (bench-numa.sh has an option of its own).
+[ -w /proc/sys/kernel/numa_balancing ] && echo 0 >/proc/sys/kernel/numa_balancing
 for m in $modes; do
   echo "=== guest_test: $m: $*"
   case $m in
