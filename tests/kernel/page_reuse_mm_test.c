@@ -41,6 +41,10 @@
  *             poisoned ones are drops
  *   memcg_removed  a pool charged to a removed cgroup (its task moved to a
  *             sibling) is freed by the parent's memory.reclaim (third round)
+ *   memcg_reclaim  a cgroup's memory.reclaim of 16M with 128 MiB pooled in
+ *             it succeeds and drops about what was asked, not the whole pool
+ *             (issue 27, third round: before, reclaim of a cgroup did not
+ *             count pool drops, emptied the pool and failed with EAGAIN)
  *   pageowner on a kernel with page_owner (the debug kernel, kernel.sh
  *             debug): a pooled page is not reported allocated in
  *             /sys/kernel/debug/page_owner, a reused one is again (the
@@ -435,6 +439,7 @@ static void test_memcg_removed(void) {
   if (pipe(up) || pipe(down)) FAIL("pipe");
   pid_t pid = fork();
   if (pid == 0) { /* pools 64 MiB in x, moves to y, waits for x to go */
+    close(up[0]), close(down[1]);   /* EOF, not a hang, when the other side dies */
     size_t len = 64UL << 20;
     char c = 0;
     snprintf(b, sizeof b, "%d", getpid());
@@ -459,6 +464,7 @@ static void test_memcg_removed(void) {
     exit(0);
   }
   char c;
+  close(up[1]), close(down[0]);
   if (read(up[0], &c, 1) != 1) FAIL("the child did not pool (status unknown)");
   if (rmdir(x) != 0) FAIL("rmdir %s: %s", x, strerror(errno));
   /* The cgroup goes offline after rmdir returns (an RCU grace period and a
@@ -472,6 +478,59 @@ static void test_memcg_removed(void) {
   rmdir(y); rmdir(p);
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) FAIL("see above (child status %#x, memory.reclaim %s)", st, r ? "short" : "ok");
   PASS(" (a removed cgroup's pool is reclaimed by its parent)");
+}
+
+/* ---- memcg_reclaim ------------------------------------------------------ */
+/* Proactive reclaim of a cgroup counts what the pool gave back: writing 16M
+ * to memory.reclaim with 128 MiB pooled succeeds and leaves most of the pool
+ * (issue 27, third round: the drops counted for global reclaim only, so the
+ * cgroup's reclaim saw no progress, emptied the pool and failed, EAGAIN). */
+static void test_memcg_reclaim(void) {
+  const char *c = "/sys/fs/cgroup/i27rc";
+  char path[160], b[32];
+  mkdir("/sys/fs/cgroup", 0755);
+  if (mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL) != 0 && errno != EBUSY)
+    FAIL("mount cgroup2: %s", strerror(errno));
+  if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory")) FAIL("cannot enable the memory controller");
+  rmdir(c);
+  if (mkdir(c, 0755)) FAIL("mkdir %s: %s", c, strerror(errno));
+  int up[2], down[2];
+  if (pipe(up) || pipe(down)) FAIL("pipe");
+  pid_t pid = fork();
+  if (pid == 0) { /* pools 128 MiB in the cgroup, reports the pool before and after */
+    close(up[0]), close(down[1]);   /* EOF, not a hang, when the other side dies */
+    size_t len = 128UL << 20;
+    char x = 0;
+    snprintf(b, sizeof b, "%d", getpid());
+    snprintf(path, sizeof path, "%s/cgroup.procs", c);
+    if (write_file(path, b)) { printf("FAIL memcg_reclaim: cannot join %s\n", c); exit(1); }
+    char *q = map_anon(len, MAP_PAGE_REUSE_);
+    if (!q) exit(1);
+    for (size_t o = 0; o < len; o += PG) q[o] = 1;
+    munmap(q, len);
+    long before = reuse_pool_kb();
+    if (write(up[1], &before, sizeof before) != sizeof before || read(down[0], &x, 1) != 1) exit(1);
+    long after = reuse_pool_kb();
+    if (write(up[1], &after, sizeof after) != sizeof after) exit(1);
+    exit(0);
+  }
+  long before = -1, after = -1;
+  char x = 0;
+  close(up[1]), close(down[0]);
+  if (read(up[0], &before, sizeof before) != sizeof before) FAIL("the child did not pool");
+  snprintf(path, sizeof path, "%s/memory.reclaim", c);
+  int r = write_file(path, "16M");
+  if (write(down[1], &x, 1) != 1 || read(up[0], &after, sizeof after) != sizeof after) FAIL("the child died");
+  int st;
+  waitpid(pid, &st, 0);
+  rmdir(c);
+  printf("  memcg_reclaim: memory.reclaim 16M: %s; pool %ld kB before, %ld kB after (%ld kB dropped)\n",
+         r ? strerror(-r) : "ok", before, after, before - after);
+  if (before < 98304) FAIL("only %ld kB pooled", before);
+  if (r) FAIL("memory.reclaim of 16M with %ld kB pooled failed (%s): the cgroup's reclaim does not count the pool's drops", before, strerror(-r));
+  if (before - after > 65536) FAIL("memory.reclaim of 16M dropped %ld kB of the pool", before - after);
+  if (before - after < 8192) FAIL("memory.reclaim of 16M dropped only %ld kB of the pool", before - after);
+  PASS(" (16M asked, %ld kB dropped of %ld kB)", before - after, before);
 }
 
 /* ---- cpuset -------------------------------------------------------------- */
@@ -834,7 +893,8 @@ int main(int argc, char **argv) {
       {"uapi", test_uapi}, {"optout", test_optout}, {"memcg", test_memcg},
       {"hwpoison", test_hwpoison}, {"offline", test_offline}, {"cpuset", test_cpuset},
       {"vmstat", test_vmstat}, {"thpstat", test_thpstat}, {"uffd", test_uffd},
-      {"pageowner", test_pageowner}, {"memcg_removed", test_memcg_removed}};
+      {"pageowner", test_pageowner}, {"memcg_removed", test_memcg_removed},
+      {"memcg_reclaim", test_memcg_reclaim}};
   int failures = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
   /* The pool is per node and a fault takes a page of its own node: stay on
