@@ -322,6 +322,31 @@ static void test_optout(void) {
 }
 
 /* ---- memcg --------------------------------------------------------------- */
+/* cgroup2 at /sys/fs/cgroup with the memory controller for its children. */
+static void cgroup_mount(void) {
+  mkdir("/sys/fs/cgroup", 0755);
+  if (mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL) != 0 && errno != EBUSY)
+    FAIL("mount cgroup2: %s", strerror(errno));
+  if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory")) FAIL("cannot enable the memory controller");
+}
+
+/* Moves the calling process into cgroup @cg; 0 or -errno. */
+static int cgroup_join(const char *cg) {
+  char path[160], b[32];
+  snprintf(b, sizeof b, "%d", getpid());
+  snprintf(path, sizeof path, "%s/cgroup.procs", cg);
+  return write_file(path, b);
+}
+
+/* In a child: faults @len bytes of flagged memory and unmaps them, so that
+ * they fill the pool; returns the pool's size in kB (exits when it cannot). */
+static long pool_fill(size_t len) {
+  char *q = map_anon(len, MAP_PAGE_REUSE_);
+  if (!q) exit(1);
+  for (size_t o = 0; o < len; o += PG) q[o] = 1;
+  munmap(q, len);
+  return reuse_pool_kb();
+}
 static const char *cg = "/sys/fs/cgroup/i27";
 
 static void memcg_churn(void) {
@@ -383,11 +408,7 @@ static void memcg_oom(void) {
 static int run_in_cgroup(void (*fn)(void)) {
   pid_t pid = fork();
   if (pid == 0) {
-    char b[32];
-    snprintf(b, sizeof b, "%d", getpid());
-    char path[128];
-    snprintf(path, sizeof path, "%s/cgroup.procs", cg);
-    if (write_file(path, b)) { printf("FAIL memcg: cannot join %s\n", cg); exit(1); }
+    if (cgroup_join(cg)) { printf("FAIL memcg: cannot join %s\n", cg); exit(1); }
     fn();
   }
   int st;
@@ -396,10 +417,7 @@ static int run_in_cgroup(void (*fn)(void)) {
 }
 
 static void test_memcg(void) {
-  mkdir("/sys/fs/cgroup", 0755);
-  if (mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL) != 0 && errno != EBUSY)
-    FAIL("mount cgroup2: %s", strerror(errno));
-  if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory")) FAIL("cannot enable the memory controller");
+  cgroup_mount();
   rmdir(cg);
   if (mkdir(cg, 0755) != 0) FAIL("mkdir %s: %s", cg, strerror(errno));
   char path[128];
@@ -426,11 +444,8 @@ static void test_memcg(void) {
  * and a container at its limit or the whole machine went out of memory). */
 static void test_memcg_removed(void) {
   const char *p = "/sys/fs/cgroup/i27rm", *x = "/sys/fs/cgroup/i27rm/x", *y = "/sys/fs/cgroup/i27rm/y";
-  char path[160], b[32];
-  mkdir("/sys/fs/cgroup", 0755);
-  if (mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL) != 0 && errno != EBUSY)
-    FAIL("mount cgroup2: %s", strerror(errno));
-  if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory")) FAIL("cannot enable the memory controller");
+  char path[160];
+  cgroup_mount();
   rmdir(x); rmdir(y); rmdir(p);
   if (mkdir(p, 0755) || mkdir(x, 0755) || mkdir(y, 0755)) FAIL("mkdir under %s: %s", p, strerror(errno));
   snprintf(path, sizeof path, "%s/cgroup.subtree_control", p);
@@ -440,18 +455,10 @@ static void test_memcg_removed(void) {
   pid_t pid = fork();
   if (pid == 0) { /* pools 64 MiB in x, moves to y, waits for x to go */
     close(up[0]), close(down[1]);   /* EOF, not a hang, when the other side dies */
-    size_t len = 64UL << 20;
     char c = 0;
-    snprintf(b, sizeof b, "%d", getpid());
-    snprintf(path, sizeof path, "%s/cgroup.procs", x);
-    if (write_file(path, b)) { printf("FAIL memcg_removed: cannot join %s\n", x); exit(1); }
-    char *q = map_anon(len, MAP_PAGE_REUSE_);
-    if (!q) exit(1);
-    for (size_t o = 0; o < len; o += PG) q[o] = 1;
-    munmap(q, len);
-    long before = reuse_pool_kb();
-    snprintf(path, sizeof path, "%s/cgroup.procs", y);
-    if (write_file(path, b)) { printf("FAIL memcg_removed: cannot join %s\n", y); exit(1); }
+    if (cgroup_join(x)) { printf("FAIL memcg_removed: cannot join %s\n", x); exit(1); }
+    long before = pool_fill(64UL << 20);
+    if (cgroup_join(y)) { printf("FAIL memcg_removed: cannot join %s\n", y); exit(1); }
     if (write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1) exit(1);
     long after = reuse_pool_kb();
     printf("  memcg_removed: pool %ld kB pooled in the removed cgroup, %ld kB after its parent's memory.reclaim\n", before, after);
@@ -487,11 +494,8 @@ static void test_memcg_removed(void) {
  * cgroup's reclaim saw no progress, emptied the pool and failed, EAGAIN). */
 static void test_memcg_reclaim(void) {
   const char *c = "/sys/fs/cgroup/i27rc";
-  char path[160], b[32];
-  mkdir("/sys/fs/cgroup", 0755);
-  if (mount("none", "/sys/fs/cgroup", "cgroup2", 0, NULL) != 0 && errno != EBUSY)
-    FAIL("mount cgroup2: %s", strerror(errno));
-  if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory")) FAIL("cannot enable the memory controller");
+  char path[160];
+  cgroup_mount();
   rmdir(c);
   if (mkdir(c, 0755)) FAIL("mkdir %s: %s", c, strerror(errno));
   int up[2], down[2];
@@ -499,16 +503,9 @@ static void test_memcg_reclaim(void) {
   pid_t pid = fork();
   if (pid == 0) { /* pools 128 MiB in the cgroup, reports the pool before and after */
     close(up[0]), close(down[1]);   /* EOF, not a hang, when the other side dies */
-    size_t len = 128UL << 20;
     char x = 0;
-    snprintf(b, sizeof b, "%d", getpid());
-    snprintf(path, sizeof path, "%s/cgroup.procs", c);
-    if (write_file(path, b)) { printf("FAIL memcg_reclaim: cannot join %s\n", c); exit(1); }
-    char *q = map_anon(len, MAP_PAGE_REUSE_);
-    if (!q) exit(1);
-    for (size_t o = 0; o < len; o += PG) q[o] = 1;
-    munmap(q, len);
-    long before = reuse_pool_kb();
+    if (cgroup_join(c)) { printf("FAIL memcg_reclaim: cannot join %s\n", c); exit(1); }
+    long before = pool_fill(128UL << 20);
     if (write(up[1], &before, sizeof before) != sizeof before || read(down[0], &x, 1) != 1) exit(1);
     long after = reuse_pool_kb();
     if (write(up[1], &after, sizeof after) != sizeof after) exit(1);
