@@ -57,7 +57,7 @@ if [ "$mode" = patched ]; then
     if /ksft_page_reuse; then echo "PASS kselftest page_reuse"; else echo "FAIL kselftest page_reuse"; fail=1; fi
   fi
   echo "=== review tests (uapi, per-vma opt-out, vmstat counters, THP reuse stats, userfaultfd, page_owner (debug kernel), memcg, cpuset, memory offline, hwpoison)"
-  /page_reuse_mm_test uapi optout vmstat thpstat uffd pageowner memcg memcg_removed memcg_reclaim cpuset offline hwpoison || fail=1
+  /page_reuse_mm_test uapi optout vmstat thpstat uffd pageowner memcg memcg_removed memcg_reclaim shrinker_bit cpuset offline hwpoison || fail=1
   if dmesg >/tmp/dmesg2 2>/dev/null; then
     ooms=$(grep -c "invoked oom-killer" /tmp/dmesg2)
     traces=$(grep -c "Call Trace" /tmp/dmesg2)

@@ -45,6 +45,11 @@
  *             it succeeds and drops about what was asked, not the whole pool
  *             (issue 27, third round: before, reclaim of a cgroup did not
  *             count pool drops, emptied the pool and failed with EAGAIN)
+ *   shrinker_bit  one-page fills of an empty pool against a loop of
+ *             memory.reclaim in the cgroup: every fill is reclaimed (issue
+ *             27, third round: a fill set the shrinker bit before listing
+ *             its pool, a count in between cleared the bit, and 2 or 3 of
+ *             5000 fills stayed out of reclaim's reach)
  *   pageowner on a kernel with page_owner (the debug kernel, kernel.sh
  *             debug): a pooled page is not reported allocated in
  *             /sys/kernel/debug/page_owner, a reused one is again (the
@@ -530,6 +535,55 @@ static void test_memcg_reclaim(void) {
   PASS(" (16M asked, %ld kB dropped of %ld kB)", before - after, before);
 }
 
+/* ---- shrinker_bit ------------------------------------------------------- */
+/* A fill must make its pool visible to the shrinker's count before it sets
+ * the memcg's shrinker bit: a count that finds nothing clears the bit, and
+ * shrink_slab() then skips the shrinker in that memcg until the bit is set
+ * again (issue 27, third round: 2-3 of 5000 fills were never reclaimed). */
+static void test_shrinker_bit(void) {
+  const char *c = "/sys/fs/cgroup/i27sb";
+  char path[160];
+  cgroup_mount();
+  rmdir(c);
+  if (mkdir(c, 0755)) FAIL("mkdir %s: %s", c, strerror(errno));
+  if (cgroup_join(c)) FAIL("cannot join %s", c);
+  snprintf(path, sizeof path, "%s/memory.reclaim", c);
+  pid_t rec = fork();
+  if (rec == 0) { /* the reclaimer: 4K at a time, until its parent is gone */
+    cpu_set_t set; /* on the other CPU (main() keeps the tests on CPU 0): the race needs both */
+    CPU_ZERO(&set);
+    CPU_SET(1, &set);
+    sched_setaffinity(0, sizeof set, &set);
+    int fd = open(path, O_WRONLY);
+    while (fd >= 0 && getppid() != 1)
+      if (pwrite(fd, "4K", 2, 0) < 0 && errno != EAGAIN) break;
+    _exit(0);
+  }
+  int trials = 0, lost = 0;
+  double t0 = now();
+  for (; trials < 10000 && now() - t0 < 20; trials++) {
+    char *p = map_anon(PG, MAP_PAGE_REUSE_);
+    if (!p) break;
+    p[0] = 1;
+    munmap(p, PG);
+    double t1 = now();
+    long kb;
+    while ((kb = reuse_pool_kb()) > 0 && now() - t1 < 2) usleep(200);
+    if (kb > 0) {
+      lost++;
+      printf("  shrinker_bit: fill %d: %ld kB pooled, not reclaimed in 2 s of memory.reclaim\n", trials, kb);
+      break;
+    }
+  }
+  kill(rec, SIGKILL);
+  waitpid(rec, NULL, 0);
+  if (cgroup_join("/sys/fs/cgroup")) FAIL("cannot leave %s", c);
+  rmdir(c);
+  if (lost) FAIL("a fill's pool stayed out of reclaim's reach (fill %d): its shrinker bit was lost", trials);
+  if (trials < 1000) FAIL("only %d fills in 20 s", trials);
+  PASS(" (%d one-page fills, each reclaimed, %.1f s)", trials, now() - t0);
+}
+
 /* ---- cpuset -------------------------------------------------------------- */
 static int node_of(void *p) {
   int node = -1;
@@ -891,7 +945,7 @@ int main(int argc, char **argv) {
       {"hwpoison", test_hwpoison}, {"offline", test_offline}, {"cpuset", test_cpuset},
       {"vmstat", test_vmstat}, {"thpstat", test_thpstat}, {"uffd", test_uffd},
       {"pageowner", test_pageowner}, {"memcg_removed", test_memcg_removed},
-      {"memcg_reclaim", test_memcg_reclaim}};
+      {"memcg_reclaim", test_memcg_reclaim}, {"shrinker_bit", test_shrinker_bit}};
   int failures = 0;
   setvbuf(stdout, NULL, _IOLBF, 0);
   /* The pool is per node and a fault takes a page of its own node: stay on
