@@ -284,6 +284,14 @@ void heap_chunk_release(heap_t *h, chunk_t *c) {
   source_free(&c->r);
 }
 
+void heap_spare_drop(heap_t *h) {
+  chunk_t *c = h->spare;
+  if (!c) return;
+  h->spare = NULL;
+  registry_remove(&c->r);
+  source_free(&c->r);
+}
+
 void heap_chunk_drop(heap_t *h, chunk_t *c) {
   chunk_unlink(h, c);
   if (c->r.kind == REGION_SMALL) small_frames_remove((uintptr_t)c);
@@ -370,12 +378,7 @@ void heap_adapt_tick(heap_t *h) {
   uint64_t keep = h->spare ? atomic_load_explicit(&h->spare->r.source->adapt.k[ADAPT_CHUNK].window_ns,
                                                   memory_order_relaxed) : 0;
   if (keep < ADAPT_WINDOW_MAX_NS) keep = ADAPT_WINDOW_MAX_NS;
-  if (h->spare && h->spare_ns + keep < now) {
-    chunk_t *c = h->spare;
-    h->spare = NULL;
-    registry_remove(&c->r);
-    source_free(&c->r);
-  }
+  if (h->spare && h->spare_ns + keep < now) heap_spare_drop(h);
   adapt_tick(now);
 }
 
@@ -389,12 +392,7 @@ void heap_collect(heap_t *h) {
   small_collect_all(h, h->state != HEAP_LIVE);
   heap_unlock(h);
   heap_debug_tick(h);
-  if (h->spare) {
-    chunk_t *c = h->spare;
-    h->spare = NULL;
-    registry_remove(&c->r);
-    source_free(&c->r);
-  }
+  heap_spare_drop(h);
 }
 
 static void heap_park_locked(heap_t *h);

@@ -367,6 +367,8 @@ void heap_record_restart(heap_t *h, bool keep_chunks);
 void heap_chunk_release(heap_t *h, chunk_t *c);
 /* Unlinks an empty chunk and gives it to the source (no spare); h->lock held. */
 void heap_chunk_drop(heap_t *h, chunk_t *c);
+/* The heap's spare chunk, if any, goes back to its source (owner thread). */
+void heap_spare_drop(heap_t *h);
 void heaps_counts(size_t *live, size_t *orphaned);
 /* Checks every invariant of h (runs, free lists, medium blocks and bins,
  * registry entries of its chunks); aborts naming the first violation. Only

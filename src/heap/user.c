@@ -517,6 +517,14 @@ static void *alloc_in(heap_t *sub, size_t size, size_t align, bool zero) {
  * default heap), then one more try. */
 static NOINLINE void *alloc_grow(uheap_t *u, heap_t *sub, size_t size, size_t align, bool zero) {
   void *p = alloc_in(sub, size, align, zero);
+  /* A spare chunk the request could not use (a small one, for a medium
+   * chunk or a large block) is memory of the bounded segment held idle:
+   * back to the source, where the request can have it (it got ENOMEM with
+   * 4 MiB of an 8 MiB segment in the spare). */
+  if (!p && sub->spare) {
+    heap_spare_drop(sub);
+    p = alloc_in(sub, size, align, zero);
+  }
   if (p || !u->usrc || size > (size_t)PTRDIFF_MAX / 2) return p;
   size_t bytes, galign;
   growth_for(sub, size, align, &bytes, &galign);
