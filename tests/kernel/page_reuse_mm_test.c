@@ -335,6 +335,13 @@ static void cgroup_mount(void) {
   if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory")) FAIL("cannot enable the memory controller");
 }
 
+/* cgroup2 mounted and @cg created afresh (a leftover of an earlier run removed). */
+static void cgroup_new(const char *cg) {
+  cgroup_mount();
+  rmdir(cg);
+  if (mkdir(cg, 0755) != 0) FAIL("mkdir %s: %s", cg, strerror(errno));
+}
+
 /* Moves the calling process into cgroup @cg; 0 or -errno. */
 static int cgroup_join(const char *cg) {
   char path[160], b[32];
@@ -422,9 +429,7 @@ static int run_in_cgroup(void (*fn)(void)) {
 }
 
 static void test_memcg(void) {
-  cgroup_mount();
-  rmdir(cg);
-  if (mkdir(cg, 0755) != 0) FAIL("mkdir %s: %s", cg, strerror(errno));
+  cgroup_new(cg);
   char path[128];
   snprintf(path, sizeof path, "%s/memory.max", cg);
   if (write_file(path, "64M")) FAIL("memory.max");
@@ -500,9 +505,7 @@ static void test_memcg_removed(void) {
 static void test_memcg_reclaim(void) {
   const char *c = "/sys/fs/cgroup/i27rc";
   char path[160];
-  cgroup_mount();
-  rmdir(c);
-  if (mkdir(c, 0755)) FAIL("mkdir %s: %s", c, strerror(errno));
+  cgroup_new(c);
   int up[2], down[2];
   if (pipe(up) || pipe(down)) FAIL("pipe");
   pid_t pid = fork();
@@ -543,9 +546,7 @@ static void test_memcg_reclaim(void) {
 static void test_shrinker_bit(void) {
   const char *c = "/sys/fs/cgroup/i27sb";
   char path[160];
-  cgroup_mount();
-  rmdir(c);
-  if (mkdir(c, 0755)) FAIL("mkdir %s: %s", c, strerror(errno));
+  cgroup_new(c);
   if (cgroup_join(c)) FAIL("cannot join %s", c);
   snprintf(path, sizeof path, "%s/memory.reclaim", c);
   pid_t rec = fork();
