@@ -22,18 +22,21 @@ LOCUS_EXPORT const char *locus_get_profile(void) {
   return profile_name(atomic_load(&locus_opt.profile));
 }
 
-/* The calling thread's heap and its placed sub-heaps: their thread caches
- * go back to the runs, blocks other threads freed into them come back,
- * empty chunks go to their sources. */
-static void collect_all(heap_t *h) {
-  if (!h) return;
+/* The calling thread's heap, its placed sub-heaps and its parts of user
+ * heaps: their thread caches go back to the runs, blocks other threads
+ * freed into them come back, empty chunks go to their sources. */
+static void collect_one(heap_t *h) {
   small_cache_flush(h);
   heap_collect(h);
+}
+
+static void collect_all(heap_t *h) {
+  if (!h) return;
+  collect_one(h);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) {
-      small_cache_flush(h->placed[i]);
-      heap_collect(h->placed[i]);
-    }
+    if (h->placed[i]) collect_one(h->placed[i]);
+  for (heap_t *s = h->usubs; s; s = s->next_usub)
+    if (s->user) collect_one(s);       /* (a destroyed heap's part holds nothing) */
 }
 
 LOCUS_EXPORT size_t locus_release(void) {

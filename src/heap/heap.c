@@ -275,8 +275,8 @@ void small_frames_remove(uintptr_t c) {
 void heap_chunk_release(heap_t *h, chunk_t *c) {
   chunk_unlink(h, c);
   if (c->r.kind == REGION_SMALL) small_frames_remove((uintptr_t)c);
-  if (!h->spare && c->r.size == CHUNK_SIZE && h->state == HEAP_LIVE) {
-    h->spare = c;
+  if (!h->spare && !h->bounded && c->r.size == CHUNK_SIZE && h->state == HEAP_LIVE) {
+    __atomic_store_n(&h->spare, c, __ATOMIC_RELAXED);
     h->spare_ns = adapt_active() ? adapt_now() : 0;
     return;
   }
@@ -287,7 +287,7 @@ void heap_chunk_release(heap_t *h, chunk_t *c) {
 void heap_spare_drop(heap_t *h) {
   chunk_t *c = h->spare;
   if (!c) return;
-  h->spare = NULL;
+  __atomic_store_n(&h->spare, NULL, __ATOMIC_RELAXED);
   registry_remove(&c->r);
   source_free(&c->r);
 }
@@ -333,8 +333,8 @@ static chunk_t *chunk_alloc(heap_t *h, region_kind_t kind, size_t size) {
    * medium chunk is only by chance. */
   chunk_t *sp = h->spare;
   if (sp && sp->r.size == size && (kind != REGION_SMALL || small_chunk_of(sp) == (uintptr_t)sp)) {
-    c = h->spare;
-    h->spare = NULL;
+    c = sp;
+    __atomic_store_n(&h->spare, NULL, __ATOMIC_RELAXED);
     c->r.zeroed = false;               /* it served blocks before */
   } else {
     /* Before new memory: what exited threads' heaps got back may be enough. */
@@ -489,6 +489,11 @@ static void orphan_collect(heap_t *h, bool wait) {
   bool cached = !small_cache_empty(h);
   if (cached) small_cache_flush(h);
   if (wait || cached || heap_has_remote(h)) heap_collect(h);
+}
+
+void heap_orphan_collect(heap_t *h) {
+  LOCUS_ASSERT(lock_held(&heaps_lock) && heap_state(h) == HEAP_ORPHAN);
+  orphan_collect(h, true);
 }
 
 /* Takes back what other threads freed into orphaned heaps (exited threads):

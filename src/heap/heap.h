@@ -201,7 +201,10 @@ typedef struct heap_s {
   int cache_node;
   chunk_t *small_chunks;       /* chunks with free run slots first */
   chunk_t *medium_chunks;
-  chunk_t *spare;              /* one empty chunk kept to avoid thrashing */
+  /* One empty chunk kept to avoid thrashing. Only the owner (or, for a
+   * parked heap, a holder of heaps_lock) writes it, with relaxed atomic
+   * stores: a user heap's figures read it from other threads (heap/user.c). */
+  chunk_t *spare;
   uint64_t spare_ns;           /* auto profile: when the spare became one */
   source_t *source;            /* placed sub-heaps: where their memory comes from */
   uint64_t mbits[2];           /* non-empty medium bins */
@@ -221,6 +224,10 @@ typedef struct heap_s {
   chunk_t *arena_chunks;       /* in order of use: the current one, then the free ones kept by a reset */
   chunk_t *arena_cur;
   bool arena;                  /* a sub-heap of a LOCUS_HEAP_ARENA heap */
+  /* A user sub-heap over bounded memory (the user's segment or source, or
+   * under a limit): keeps no spare chunk, so that an emptied chunk goes back
+   * to the source at once, where any thread's request can have it. */
+  bool bounded;
   struct large_s *large_list;  /* PLACE_USER: its live large blocks (under `lock`) */
   struct heap_s *next_orphan;
   long tid;
@@ -369,6 +376,9 @@ void heap_chunk_release(heap_t *h, chunk_t *c);
 void heap_chunk_drop(heap_t *h, chunk_t *c);
 /* The heap's spare chunk, if any, goes back to its source (owner thread). */
 void heap_spare_drop(heap_t *h);
+/* A parked heap's thread cache goes back to its runs, then a full collect:
+ * remote frees back, empty runs and chunks to the source (heaps_lock held). */
+void heap_orphan_collect(heap_t *h);
 void heaps_counts(size_t *live, size_t *orphaned);
 /* Checks every invariant of h (runs, free lists, medium blocks and bins,
  * registry entries of its chunks); aborts naming the first violation. Only
@@ -723,6 +733,9 @@ mblock_t *medium_check(chunk_t *c, const void *p, const char *fn, bool local);
 size_t medium_usable(const void *p);
 bool medium_resize_in_place(heap_t *h, chunk_t *c, void *p, size_t size);
 void medium_chunk_init(heap_t *h, chunk_t *c);
+/* The medium chunks that are one free block (a reset keeps them so) go back
+ * to the source (owner, or heaps_lock held for a parked heap). */
+void medium_release_empty(heap_t *h);
 
 /* ---- large.c ----------------------------------------------------------- */
 typedef struct large_s {

@@ -192,6 +192,18 @@ void medium_free_local(heap_t *h, chunk_t *c, void *p) {
   bin_insert(h, b, false);
 }
 
+/* A chunk is empty when its first block is free and spans it (as after
+ * medium_chunk_init; a free that empties a chunk releases it at once). */
+void medium_release_empty(heap_t *h) {
+  for (chunk_t *c = h->medium_chunks, *next; c; c = next) {
+    next = c->next;
+    mblock_t *first = (mblock_t *)((char *)c + MEDIUM_FIRST_OFF);
+    if (mb_inuse(first) || mb_size(first) != c->r.size - MEDIUM_FIRST_OFF - MB_HDR) continue;
+    bin_unlink(h, first);
+    heap_chunk_release(h, c);
+  }
+}
+
 size_t medium_usable(const void *p) { return mb_size(mb_of(p)) - MB_HDR; }
 
 /* realloc in place, owner only: grow into a free right neighbour, or shrink

@@ -280,11 +280,15 @@ static LOCUS_TLS heap_t *last_sub;
 
 /* The sum of what u's sub-heaps hold (read without their locks: relaxed
  * counters, a list that only grows at its head). */
+/* A spare is always a standard chunk (heap_chunk_release), and only
+ * unbounded heaps keep one: read as a flag, never dereferenced (its owner
+ * may be giving it back). */
 static size_t held_bytes(const uheap_t *u) {
   size_t n = 0;
   for (heap_t *s = atomic_load_explicit(&((uheap_t *)u)->subs, memory_order_acquire); s; s = s->next_in_user)
     n += atomic_load_explicit(&s->st_chunk_bytes, memory_order_relaxed) +
-         atomic_load_explicit(&s->st_large_bytes, memory_order_relaxed);
+         atomic_load_explicit(&s->st_large_bytes, memory_order_relaxed) +
+         (__atomic_load_n(&s->spare, __ATOMIC_RELAXED) ? CHUNK_SIZE : 0);
   return n;
 }
 
@@ -294,23 +298,26 @@ static size_t held_bytes(const uheap_t *u) {
 bool uheap_room(const heap_t *sub, size_t bytes) {
   uheap_t *u = sub->user;
   if (!u) return false;
-  size_t held = held_bytes(u) + bytes;
   if (u->limit) {
-    held += atomic_fetch_add(&u->pending, bytes);
+    size_t held = held_bytes(u) + bytes + atomic_fetch_add(&u->pending, bytes);
     if (held > u->limit) {
       atomic_fetch_sub(&u->pending, bytes);
       return false;
     }
   }
-  size_t peak = atomic_load_explicit(&u->peak, memory_order_relaxed);
-  while (held > peak && !atomic_compare_exchange_weak(&u->peak, &peak, held)) {
-  }
   return true;
 }
 
+/* The peak is what the heap holds once the growth is counted, or failed
+ * (a reservation that the source then refused never counts). */
 void uheap_room_done(const heap_t *sub, size_t bytes) {
   uheap_t *u = sub->user;
-  if (u && u->limit) atomic_fetch_sub(&u->pending, bytes);
+  if (!u) return;
+  if (u->limit) atomic_fetch_sub(&u->pending, bytes);
+  size_t held = held_bytes(u);
+  size_t peak = atomic_load_explicit(&u->peak, memory_order_relaxed);
+  while (held > peak && !atomic_compare_exchange_weak(&u->peak, &peak, held)) {
+  }
 }
 
 /* A sub-heap record set up for u, owned by the thread of `main`. */
@@ -323,6 +330,7 @@ static void sub_init(heap_t *sub, heap_t *main, uheap_t *u) {
    * this sub-heap's thread cache (a capture must hand out only u's blocks). */
   sub->node = CACHE_NODE_NONE + 1;
   sub->arena = u->flags & LOCUS_HEAP_ARENA;
+  sub->bounded = u->usrc || u->limit;
   sub->tid = main->tid;
   heap_set_state(sub, main->state);
 }
@@ -512,17 +520,58 @@ static void *alloc_in(heap_t *sub, size_t size, size_t align, bool zero) {
   return p;
 }
 
-/* The heap's memory is exhausted: the user's source grows it (under u's
- * lock, the thread marked in_user so that a map calling malloc uses its
- * default heap), then one more try. */
+/* An arena's chunks that the bump has not reached since a reset go back to
+ * the source (owner, or heaps_lock held for a parked sub-heap). */
+static void arena_release_unused(heap_t *sub) {
+  if (!sub->arena) return;
+  chunk_t **link = sub->arena_cur ? &sub->arena_cur->next : &sub->arena_chunks;
+  for (chunk_t *c = *link, *next; c; c = next) {
+    next = c->next;
+    heap_stat_add_shared(&sub->st_chunk_bytes, -c->r.size);
+    registry_remove(&c->r);
+    source_free(&c->r);
+  }
+  *link = NULL;
+}
+
+/* One sub-heap's idle memory back to the source: its thread cache, remote
+ * frees, empty runs, then every empty chunk whatever served it (a chunk of
+ * small blocks can serve a medium block once it is back), an arena's chunks
+ * kept by a reset, and the spare. */
+static void sub_reclaim(heap_t *s, bool own) {
+  if (own) {
+    small_cache_flush(s);
+    heap_collect(s);
+  } else {
+    heap_orphan_collect(s);
+  }
+  medium_release_empty(s);
+  arena_release_unused(s);
+  heap_spare_drop(s);
+}
+
+/* Before ENOMEM, the memory that the heap's parts hold idle goes back to its
+ * source, where this request can have it: this thread's part, and the parts
+ * of threads that exited (parked sub-heaps: until a thread adopts them, blocks
+ * other threads free into them stay there). A bounded heap's live parts keep
+ * no spare (heap_t.bounded); what another live thread holds, its thread
+ * cache, its current runs, the medium blocks freed into it that it has not
+ * taken back, stays its own. Proportional to the heap's chunks. */
+static NOINLINE void reclaim(uheap_t *u, heap_t *sub) {
+  sub_reclaim(sub, true);
+  heaps_lock_all();                    /* the parked sub-heaps' only user (adoption takes it) */
+  for (heap_t *s = atomic_load_explicit(&u->subs, memory_order_acquire); s; s = s->next_in_user)
+    if (s != sub && heap_state(s) == HEAP_ORPHAN) sub_reclaim(s, false);
+  heaps_unlock_all();
+}
+
+/* The heap's memory is exhausted: its idle memory back to the source, then
+ * the user's source grows it (under u's lock, the thread marked in_user so
+ * that a map calling malloc uses its default heap), then one more try. */
 static NOINLINE void *alloc_grow(uheap_t *u, heap_t *sub, size_t size, size_t align, bool zero) {
   void *p = alloc_in(sub, size, align, zero);
-  /* A spare chunk the request could not use (a small one, for a medium
-   * chunk or a large block) is memory of the bounded segment held idle:
-   * back to the source, where the request can have it (it got ENOMEM with
-   * 4 MiB of an 8 MiB segment in the spare). */
-  if (!p && sub->spare) {
-    heap_spare_drop(sub);
+  if (!p) {
+    reclaim(u, sub);
     p = alloc_in(sub, size, align, zero);
   }
   if (p || !u->usrc || size > (size_t)PTRDIFF_MAX / 2) return p;
@@ -675,10 +724,7 @@ static void drop_sub(heap_t *h, bool keep) {
       c = next;
     }
   }
-  if (h->spare && !keep) {           /* (reset keeps it: an empty chunk) */
-    region_out(&h->spare->r);
-    h->spare = NULL;
-  }
+  if (!keep) heap_spare_drop(h);      /* (reset keeps it: an empty chunk) */
   heap_record_restart(h, keep);
   heap_unlock(h);
 }

@@ -237,13 +237,29 @@ static void *freer(void *arg) {               /* frees another thread's blocks *
   return NULL;
 }
 
-/* A sub-heap keeps an emptied 4 MiB chunk as a spare; over a bounded
- * segment that spare must not starve a request it cannot serve. A 4 MiB
- * aligned segment of 8 MiB: a small chunk, then a medium chunk emptied into
- * the spare; the next medium request found no free extent (the spare is in
- * the heap, not in the source) and got ENOMEM with half the segment idle. A
- * static segment is 4 MiB aligned by chance once in 64 runs: test_fork_locks
- * failed that way. */
+/* A segment on a 4 MiB boundary (chunks of exactly 4 MiB), in `raw`. */
+static char *aligned_segment(char **raw, size_t size) {
+  size_t four = (size_t)4 << 20;
+  *raw = mmap(NULL, size + four, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(*raw != MAP_FAILED, "mmap");
+  return (char *)(((uintptr_t)*raw + four - 1) & ~(uintptr_t)(four - 1));
+}
+
+static locus_heap_t *segment_heap(char *seg, size_t size, unsigned flags) {
+  locus_heap_config_t hc = LOCUS_HEAP_CONFIG_INIT;
+  hc.segment = seg;
+  hc.segment_size = size;
+  hc.flags = flags;
+  locus_heap_t *h = locus_heap_create(&hc);
+  CHECK(h, "a heap over a %zu MiB segment: %s", size / MiB, strerror(errno));
+  return h;
+}
+
+/* An emptied 4 MiB chunk kept as a spare starved a bounded segment: a
+ * 4 MiB aligned segment of 8 MiB, a small chunk, then a medium chunk
+ * emptied into the spare; the next medium request found no free extent and
+ * got ENOMEM with half the segment idle (test_fork_locks failed that way
+ * once in 64 runs, when ASLR aligned its static segment). */
 static void spare_chunk(void) {
   size_t four = (size_t)4 << 20;
   char *raw = mmap(NULL, 3 * four, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -262,6 +278,121 @@ static void spare_chunk(void) {
   }
   locus_heap_destroy(h);
   munmap(raw, 3 * four);
+}
+
+/* Chunks are not typed: a 4 MiB segment whose one chunk served small blocks
+ * serves a medium block once they are free (the chunk was held by the
+ * thread cache and the empty current run), and, after a reset that kept
+ * the small chunk, a large block; an arena's chunks kept by a reset serve
+ * a large block. */
+static void untyped_chunks(void) {
+  char *raw;
+  char *seg = aligned_segment(&raw, 8 * MiB);
+  locus_heap_t *h = segment_heap(seg, 4 * MiB, 0);
+  free(locus_heap_malloc(h, 100));
+  void *m = locus_heap_malloc(h, 20000);
+  CHECK(m, "a medium block after the small chunk's only block was freed (errno %d)", errno);
+  free(m);
+  void *l = locus_heap_malloc(h, 3 * MiB);
+  CHECK(l, "a large block once the medium chunk emptied (errno %d)", errno);
+  free(l);
+  void *s = locus_heap_malloc(h, 64);
+  CHECK(s, "small");
+  locus_heap_reset(h);                 /* keeps the small chunk */
+  l = locus_heap_malloc(h, 3 * MiB);
+  CHECK(l, "a large block after a reset that kept a small chunk (errno %d)", errno);
+  free(l);
+  locus_heap_destroy(h);
+
+  h = segment_heap(seg, 8 * MiB, LOCUS_HEAP_ARENA);
+  size_t n = 0;
+  while (locus_heap_malloc(h, 4000)) n++;
+  CHECK(n > 1000, "arena filled: %zu blocks", n);
+  locus_heap_reset(h);
+  l = locus_heap_malloc(h, 6 * MiB);
+  CHECK(l, "a large block in an arena whose chunks a reset kept (errno %d)", errno);
+  locus_heap_destroy(h);
+  munmap(raw, 12 * MiB);
+}
+
+/* Threads that exited leave their parts of the heap parked; blocks the
+ * others free into them afterwards must not keep the segment. Three
+ * threads fill a 12 MiB segment with mixed sizes and exit; this thread
+ * frees every block; then one block takes most of the segment. */
+#define EXIT_BLOCKS 4096
+typedef struct { locus_heap_t *h; void *v[EXIT_BLOCKS]; int n; unsigned seed; } exit_fill_t;
+static void *exit_filler(void *arg) {
+  exit_fill_t *f = arg;
+  for (f->n = 0; f->n < EXIT_BLOCKS; f->n++) {
+    f->seed = f->seed * 1103515245u + 12345u;
+    unsigned r = f->seed >> 8;
+    size_t sz = r % 4 ? 16 + r % 8000 : 9000 + r % 300000;
+    if (!(f->v[f->n] = locus_heap_malloc(f->h, sz))) break;
+  }
+  return NULL;
+}
+
+static void exited_threads(void) {
+  char *raw;
+  char *seg = aligned_segment(&raw, 12 * MiB);
+  static exit_fill_t f[3];
+  locus_heap_t *h = segment_heap(seg, 12 * MiB, 0);
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) {
+    f[i] = (exit_fill_t){.h = h, .seed = 77u * (unsigned)i + 1};
+    pthread_create(&t[i], NULL, exit_filler, &f[i]);
+  }
+  size_t n = 0;
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL), n += (size_t)f[i].n;
+  CHECK(n > 100, "%zu blocks", n);
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < f[i].n; j++) free(f[i].v[j]);
+  void *l = locus_heap_malloc(h, 10 * MiB);
+  CHECK(l, "10 MiB of a 12 MiB segment once every block of the exited threads is free (errno %d)", errno);
+  free(l);
+  locus_stats_t st;
+  CHECK(locus_heap_stats(h, &st) == 0 && st.peak_footprint <= 12 * MiB, "peak %llu within the segment",
+        (unsigned long long)st.peak_footprint);
+  locus_heap_destroy(h);
+  munmap(raw, 16 * MiB);
+}
+
+/* A live thread's emptied chunk goes back to the segment at once (no
+ * spare): a thread that freed its medium block and waits must not hold
+ * half the segment from another thread's request. */
+static pthread_barrier_t idle_bar;
+static void *idle_owner(void *arg) {
+  free(locus_heap_malloc(arg, 100000));
+  pthread_barrier_wait(&idle_bar);     /* freed */
+  pthread_barrier_wait(&idle_bar);     /* the other thread allocated */
+  return NULL;
+}
+
+static void live_thread_chunk(void) {
+  char *raw;
+  char *seg = aligned_segment(&raw, 8 * MiB);
+  locus_heap_t *h = segment_heap(seg, 8 * MiB, 0);
+  pthread_t t;
+  pthread_barrier_init(&idle_bar, NULL, 2);
+  pthread_create(&t, NULL, idle_owner, h);
+  pthread_barrier_wait(&idle_bar);
+  locus_stats_t st;
+  CHECK(locus_heap_stats(h, &st) == 0 && st.bytes_in_use == 0, "an emptied chunk is not held: %llu",
+        (unsigned long long)st.bytes_in_use);
+  void *l = locus_heap_malloc(h, 6 * MiB);
+  CHECK(l, "6 MiB of an 8 MiB segment beside a live thread that freed its block (errno %d)", errno);
+  pthread_barrier_wait(&idle_bar);
+  pthread_join(t, NULL);
+  free(l);
+  locus_heap_destroy(h);
+  munmap(raw, 12 * MiB);
+
+  /* Over locus's memory without a limit, a part keeps a spare: counted. */
+  locus_heap_config_t c = cfg_default();
+  h = locus_heap_create(&c);
+  free(locus_heap_malloc(h, 100000));
+  CHECK(locus_heap_stats(h, &st) == 0 && st.bytes_in_use > 0, "a spare chunk counts in bytes_in_use");
+  locus_heap_destroy(h);
 }
 
 static void guarded_exhaustion(void) {
@@ -695,6 +826,9 @@ int main(void) {
   long_path_segment();
   guarded_exhaustion();
   spare_chunk();
+  untyped_chunks();
+  exited_threads();
+  live_thread_chunk();
   user_source();
   million();
   reset_calloc();
