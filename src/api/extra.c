@@ -35,8 +35,12 @@ static void collect_all(heap_t *h) {
   collect_one(h);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
     if (h->placed[i]) collect_one(h->placed[i]);
+  /* Under the heap list's lock, which a user heap's destroy holds: a part
+   * of a heap destroyed meanwhile holds nothing and is skipped. */
+  heaps_lock_all();
   for (heap_t *s = h->usubs; s; s = s->next_usub)
-    if (s->user) collect_one(s);       /* (a destroyed heap's part holds nothing) */
+    if (s->user) collect_one(s);
+  heaps_unlock_all();
 }
 
 LOCUS_EXPORT size_t locus_release(void) {

@@ -368,6 +368,19 @@ static void *idle_owner(void *arg) {
   return NULL;
 }
 
+/* Medium blocks another thread frees wait for their owner, which takes
+ * them back at its next medium allocation, its exit or its locus_collect. */
+static void *collecting_owner(void *arg) {
+  void **v = arg;
+  for (int i = 0; i < 3; i++) v[i] = locus_heap_malloc(v[3], 100000);
+  pthread_barrier_wait(&idle_bar);     /* handed over */
+  pthread_barrier_wait(&idle_bar);     /* freed by the other thread */
+  locus_collect();
+  pthread_barrier_wait(&idle_bar);     /* collected */
+  pthread_barrier_wait(&idle_bar);     /* the other thread allocated */
+  return NULL;
+}
+
 static void live_thread_chunk(void) {
   char *raw;
   char *seg = aligned_segment(&raw, 8 * MiB);
@@ -381,6 +394,19 @@ static void live_thread_chunk(void) {
         (unsigned long long)st.bytes_in_use);
   void *l = locus_heap_malloc(h, 6 * MiB);
   CHECK(l, "6 MiB of an 8 MiB segment beside a live thread that freed its block (errno %d)", errno);
+  pthread_barrier_wait(&idle_bar);
+  pthread_join(t, NULL);
+  free(l);
+
+  void *v[4] = {0, 0, 0, h};
+  pthread_create(&t, NULL, collecting_owner, v);
+  pthread_barrier_wait(&idle_bar);
+  CHECK(v[0] && v[1] && v[2], "three medium blocks");
+  for (int i = 0; i < 3; i++) free(v[i]);
+  pthread_barrier_wait(&idle_bar);
+  pthread_barrier_wait(&idle_bar);
+  l = locus_heap_malloc(h, 6 * MiB);
+  CHECK(l, "6 MiB once the owner collected the blocks another thread freed (errno %d)", errno);
   pthread_barrier_wait(&idle_bar);
   pthread_join(t, NULL);
   free(l);
