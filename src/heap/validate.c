@@ -217,6 +217,8 @@ void heap_validate(heap_t *h) {
   heap_unlock(h);
   check_medium(h);
   if (h->spare && registry_lookup(h->spare) != &h->spare->r) FAIL("spare chunk %p is not recorded", h->spare);
+  /* A heap over bounded memory gives every emptied chunk back (heap_t.bounded). */
+  if (h->spare && h->bounded) FAIL("user sub-heap over bounded memory holds a spare chunk %p", h->spare);
 }
 
 #ifdef LOCUS_DEBUG
