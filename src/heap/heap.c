@@ -92,6 +92,7 @@ void heap_record_clear_kept(heap_t *h) {
 
 void heaps_lock_all(void) { lock_acquire(&heaps_lock); }
 void heaps_unlock_all(void) { lock_release(&heaps_lock); }
+bool heaps_trylock_all(void) { return lock_try(&heaps_lock); }
 
 void heap_record_restart(heap_t *h, bool keep_chunks) {
   heap_reset_classes(h);
@@ -251,6 +252,7 @@ static void chunk_unlink(heap_t *h, chunk_t *c) {
   if (c->next) c->next->prev = c->prev;
   c->next = c->prev = NULL;
   heap_stat_add_shared(&h->st_chunk_bytes, -c->r.size);
+  heap_released(h, c->r.size);
 }
 
 _Static_assert(CHUNK_SIZE == (size_t)1 << 22, "small_frame_of assumes 4 MiB chunks");
@@ -321,7 +323,7 @@ chunk_t *heap_chunk_alloc(heap_t *h, region_kind_t kind) {
     }
     if (!heap_room(h, size)) return NULL;
     chunk_t *c = chunk_alloc(h, kind, size);
-    heap_room_done(h, size);
+    heap_room_done(h, size, c ? c->r.size : 0);
     return c;
   }
   return chunk_alloc(h, kind, size);

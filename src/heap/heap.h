@@ -343,14 +343,20 @@ static inline heap_t *heap_thread_main(void) {
 /* Whether a user sub-heap may take `bytes` more of memory (its user heap's
  * limit, over all its sub-heaps), noting the heap's peak (heap/user.c). */
 bool uheap_room(const heap_t *sub, size_t bytes);
-void uheap_room_done(const heap_t *sub, size_t bytes);
-/* heap_room reserves the bytes under a limit; heap_room_done, once the
- * growth is counted (or failed), ends the reservation. */
+void uheap_room_done(const heap_t *sub, size_t reserved, size_t got);
+void uheap_released(const heap_t *sub, size_t bytes);
+/* A user heap counts its memory in one place: heap_room reserves the bytes
+ * of a growth (false: past the limit); heap_room_done, once the growth is
+ * counted or failed, replaces them with the bytes it got (0: failed);
+ * heap_released, when memory leaves a sub-heap for its source. */
 static inline bool heap_room(const heap_t *h, size_t bytes) {
   return h->place != PLACE_USER || uheap_room(h, bytes);
 }
-static inline void heap_room_done(const heap_t *h, size_t bytes) {
-  if (h->place == PLACE_USER) uheap_room_done(h, bytes);
+static inline void heap_room_done(const heap_t *h, size_t reserved, size_t got) {
+  if (h->place == PLACE_USER) uheap_room_done(h, reserved, got);
+}
+static inline void heap_released(const heap_t *h, size_t bytes) {
+  if (h->place == PLACE_USER) uheap_released(h, bytes);
 }
 void heap_collect(heap_t *h);
 /* Collects orphaned heaps that other threads freed into (any thread may
@@ -368,6 +374,7 @@ void heap_record_clear_kept(heap_t *h);
 /* The heap list's lock, for a user heap's drop (heap/user.c). */
 void heaps_lock_all(void);
 void heaps_unlock_all(void);
+bool heaps_trylock_all(void);
 /* A user heap dropped every block: its run lists, stacks, thread cache and
  * (unless keep_chunks) its chunk lists start over. */
 void heap_record_restart(heap_t *h, bool keep_chunks);

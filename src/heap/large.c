@@ -77,7 +77,7 @@ size_t large_region_bytes(const heap_t *h, size_t size, size_t align) {
 }
 
 static void *large_alloc_in(heap_t *h, source_t *src, size_t total, bool huge, size_t off, size_t slack,
-                            size_t room, size_t size, size_t align, bool zero);
+                            size_t room, size_t size, size_t align, bool zero, size_t *got);
 
 /* LOCUS_KSM=auto: a live block of a system source enters the sampler's
  * watch, and the sampler gets its tick (source/ksm.c). */
@@ -115,15 +115,17 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
       errno = ENOMEM;
       return NULL;
     }
-    void *p = large_alloc_in(h, src, total, huge, off, slack, room, size, align, zero);
-    heap_room_done(h, total);
+    size_t got = 0;
+    void *p = large_alloc_in(h, src, total, huge, off, slack, room, size, align, zero, &got);
+    heap_room_done(h, total, got);
     return p;
   }
-  return large_alloc_in(h, src, total, huge, off, slack, room, size, align, zero);
+  return large_alloc_in(h, src, total, huge, off, slack, room, size, align, zero, NULL);
 }
 
+/* *got (when not NULL): the bytes of the region, once counted. */
 static void *large_alloc_in(heap_t *h, source_t *src, size_t total, bool huge, size_t off, size_t slack,
-                            size_t room, size_t size, size_t align, bool zero) {
+                            size_t room, size_t size, size_t align, bool zero, size_t *got) {
   region_t *r = source_alloc(src, total, huge ? SRC_HUGE : 0);
   if (!r) {
     errno = ENOMEM;
@@ -147,6 +149,7 @@ static void *large_alloc_in(heap_t *h, source_t *src, size_t total, bool huge, s
     return NULL;
   }
   atomic_fetch_add_explicit(&h->st_large_bytes, total, memory_order_relaxed);
+  if (got) *got = total;
   heap_stat_add(&h->st_large_allocs, 1);
   if (h->place == PLACE_USER) uheap_large_link(h, l);
   else if (unlikely(ksm_auto())) large_ksm_watch(l);
@@ -232,7 +235,7 @@ void large_free(large_t *l) {
     return;
   }
   if (unlikely(l->r.flags & REGION_NEXT_TOUCH)) next_touch_cancel(&l->r);
-  if (l->r.heap->place == PLACE_USER) uheap_large_unlink(l);
+  if (l->r.heap->place == PLACE_USER) uheap_large_unlink(l), heap_released(l->r.heap, l->r.size);
   if (unlikely(l->r.flags & REGION_KSM_WATCH)) ksm_unwatch(&l->r);   /* the sampler is not reading it */
   l->magic = 0;
   atomic_fetch_sub_explicit(&l->r.heap->st_large_bytes, l->r.size, memory_order_relaxed);
@@ -371,9 +374,9 @@ static void *large_resize_in_place_in(large_t *l, void *p, size_t size) {
     l->user_size = size;
     return p;
   }
-  size_t more = total - l->r.size;
+  size_t more = total - l->r.size, before = l->r.size;
   if (!heap_room(l->r.heap, more)) return NULL;
   bool ok = large_extend(l, size, total);
-  heap_room_done(l->r.heap, more);
+  heap_room_done(l->r.heap, more, ok ? l->r.size - before : 0);
   return ok ? p : NULL;
 }

@@ -65,8 +65,12 @@ struct uheap_s {
   unsigned flags;              /* LOCUS_HEAP_ARENA */
   unsigned id;
   atomic_int captures;
-  atomic_size_t peak;          /* highest memory held seen at a growth */
-  atomic_size_t pending;       /* with a limit: bytes reserved by growths in progress (uheap_room) */
+  atomic_size_t peak;          /* highest memory held seen after a growth */
+  /* The bytes of memory its sub-heaps hold (chunks, large blocks), plus
+   * the reservations of growths in progress: one counter, so that the
+   * limit's check is exact (a sum over the sub-heaps' counters counted a
+   * chunk going from one to another twice: uheap_room). */
+  atomic_size_t held;
   char name[48];
   struct uheap_s *next, *prev;      /* live list, or (next) the dead queue */
 };
@@ -212,7 +216,7 @@ static void record_init(uheap_t *u, const locus_heap_config_t *cfg, source_t *us
   u->id = ++next_id;
   u->gen++;                            /* a new record is zeroed: generation 1 */
   atomic_store(&u->peak, 0);
-  atomic_store(&u->pending, 0);
+  atomic_store(&u->held, 0);
   atomic_store(&u->captures, 0);
   const char *name = cfg->struct_size > offsetof(locus_heap_config_t, name) ? cfg->name : NULL;
   if (name) snprintf(u->name, sizeof u->name, "%s", name);
@@ -280,44 +284,56 @@ static LOCUS_TLS heap_t *last_sub;
 
 /* The sum of what u's sub-heaps hold (read without their locks: relaxed
  * counters, a list that only grows at its head). */
-/* A spare is always a standard chunk (heap_chunk_release), and only
- * unbounded heaps keep one: read as a flag, never dereferenced (its owner
- * may be giving it back). */
+/* The memory the heap holds now: over the user's memory, what its source
+ * handed out (exact, read under the source's lock: never above the
+ * segment); else the counter, and the spares (always standard chunks, kept
+ * only by unbounded heaps: read as flags, never dereferenced). */
 static size_t held_bytes(const uheap_t *u) {
-  size_t n = 0;
+  if (u->usrc) {
+    size_t total, free_bytes;
+    usrc_sizes(u->usrc, &total, &free_bytes);
+    return total - free_bytes;
+  }
+  size_t n = atomic_load_explicit(&((uheap_t *)u)->held, memory_order_relaxed);
   for (heap_t *s = atomic_load_explicit(&((uheap_t *)u)->subs, memory_order_acquire); s; s = s->next_in_user)
-    n += atomic_load_explicit(&s->st_chunk_bytes, memory_order_relaxed) +
-         atomic_load_explicit(&s->st_large_bytes, memory_order_relaxed) +
-         (__atomic_load_n(&s->spare, __ATOMIC_RELAXED) ? CHUNK_SIZE : 0);
+    if (__atomic_load_n(&s->spare, __ATOMIC_RELAXED)) n += CHUNK_SIZE;
   return n;
 }
 
-/* With a limit the bytes are reserved (`pending`) until the growth is
- * counted in its sub-heap (uheap_room_done): threads growing the heap at
- * once cannot pass the limit together. */
+/* A growth reserves its bytes in `held` before it asks the source (under a
+ * limit: only while they fit), so that threads growing the heap at once
+ * cannot pass the limit together; uheap_room_done puts what it got in their
+ * place. */
 bool uheap_room(const heap_t *sub, size_t bytes) {
   uheap_t *u = sub->user;
   if (!u) return false;
-  if (u->limit) {
-    size_t held = held_bytes(u) + bytes + atomic_fetch_add(&u->pending, bytes);
-    if (held > u->limit) {
-      atomic_fetch_sub(&u->pending, bytes);
-      return false;
-    }
+  if (!u->limit) {
+    atomic_fetch_add_explicit(&u->held, bytes, memory_order_relaxed);
+    return true;
   }
+  size_t cur = atomic_load_explicit(&u->held, memory_order_relaxed);
+  do {
+    if (bytes > u->limit || cur > u->limit - bytes) return false;
+  } while (!atomic_compare_exchange_weak_explicit(&u->held, &cur, cur + bytes, memory_order_relaxed,
+                                                  memory_order_relaxed));
   return true;
 }
 
-/* The peak is what the heap holds once the growth is counted, or failed
- * (a reservation that the source then refused never counts). */
-void uheap_room_done(const heap_t *sub, size_t bytes) {
+/* The peak is what the heap holds once the growth is counted or failed (a
+ * reservation that the source refused never counts). */
+void uheap_room_done(const heap_t *sub, size_t reserved, size_t got) {
   uheap_t *u = sub->user;
   if (!u) return;
-  if (u->limit) atomic_fetch_sub(&u->pending, bytes);
+  atomic_fetch_add_explicit(&u->held, got - reserved, memory_order_relaxed);   /* modular */
   size_t held = held_bytes(u);
   size_t peak = atomic_load_explicit(&u->peak, memory_order_relaxed);
   while (held > peak && !atomic_compare_exchange_weak(&u->peak, &peak, held)) {
   }
+}
+
+void uheap_released(const heap_t *sub, size_t bytes) {
+  uheap_t *u = sub->user;
+  if (u) atomic_fetch_sub_explicit(&u->held, bytes, memory_order_relaxed);
 }
 
 /* A sub-heap record set up for u, owned by the thread of `main`. */
@@ -447,7 +463,7 @@ static chunk_t *arena_chunk_new(heap_t *sub, size_t need) {
     c->next = c->prev = NULL;
     heap_stat_add_shared(&sub->st_chunk_bytes, c->r.size);
   }
-  heap_room_done(sub, size);
+  heap_room_done(sub, size, c ? c->r.size : 0);
   return c;
 }
 
@@ -528,6 +544,7 @@ static void arena_release_unused(heap_t *sub) {
   for (chunk_t *c = *link, *next; c; c = next) {
     next = c->next;
     heap_stat_add_shared(&sub->st_chunk_bytes, -c->r.size);
+    heap_released(sub, c->r.size);
     registry_remove(&c->r);
     source_free(&c->r);
   }
@@ -559,7 +576,16 @@ static void sub_reclaim(heap_t *s, bool own) {
  * taken back, stays its own. Proportional to the heap's chunks. */
 static NOINLINE void reclaim(uheap_t *u, heap_t *sub) {
   sub_reclaim(sub, true);
-  heaps_lock_all();                    /* the parked sub-heaps' only user (adoption takes it) */
+  /* The heap list's lock makes this thread the parked sub-heaps' only user
+   * (adoption takes it). It is tried, never waited for: this thread may
+   * hold it (a signal handler that interrupted a reclaim or a collect, of
+   * another heap) or a lock after it (a source's map allocating from this
+   * heap's neighbour holds its heap's lock). A few tries, a yield apart,
+   * outwait another thread's short hold. */
+  for (int i = 0; !heaps_trylock_all(); i++) {
+    if (i == 16) return;
+    os_yield();
+  }
   for (heap_t *s = atomic_load_explicit(&u->subs, memory_order_acquire); s; s = s->next_in_user)
     if (s != sub && heap_state(s) == HEAP_ORPHAN) sub_reclaim(s, false);
   heaps_unlock_all();
@@ -578,7 +604,7 @@ static NOINLINE void *alloc_grow(uheap_t *u, heap_t *sub, size_t size, size_t al
   size_t bytes, galign;
   growth_for(sub, size, align, &bytes, &galign);
   if (!uheap_room(sub, bytes)) return NULL;   /* a first look: the chunk's allocation reserves */
-  uheap_room_done(sub, bytes);
+  uheap_room_done(sub, bytes, 0);
   in_user++;
   lock_acquire(&u->lock);
   bool grown = usrc_grow(u->usrc, bytes, galign);
@@ -743,13 +769,24 @@ void uheap_drop(locus_heap_t *h, bool keep, const char *fn) {
                 atomic_load(&u->captures));
   /* A destroy raced with this one (and the record may serve a new heap by now). */
   if (!handle_matches(h, u)) bad_handle(h, u, fn);
+#ifdef LOCUS_DEBUG
+  /* The heap's count is its sub-heaps' memory (no growth runs now). */
+  size_t sum = 0;
+  for (heap_t *s = atomic_load(&u->subs); s; s = s->next_in_user)
+    sum += atomic_load(&s->st_chunk_bytes) + atomic_load(&s->st_large_bytes);
+  if (sum != atomic_load(&u->held))
+    locus_fatal("internal error: heap '%s' counts %zu bytes, its parts hold %zu", u->name, atomic_load(&u->held), sum);
+#endif
+  size_t kept = 0;
   for (heap_t *s = atomic_load(&u->subs); s; s = s->next_in_user) {
     drop_sub(s, keep);
+    kept += atomic_load_explicit(&s->st_chunk_bytes, memory_order_relaxed);
     if (!keep) {                       /* waits on its thread's list for reuse */
       s->user = NULL;
       s->source = NULL;
     }
   }
+  atomic_store_explicit(&u->held, keep ? kept : 0, memory_order_relaxed);   /* nobody grows it meanwhile */
   if (!keep) u->magic = UHEAP_DEAD;
   lock_release(&u->lock);
   heaps_unlock_all();

@@ -514,6 +514,79 @@ static void user_source(void) {
   CHECK(maps == unmaps && mapped == 0, "every map given back (%d maps, %d unmaps)", maps, unmaps);
 }
 
+/* Threads churning at the edge of a bound: two threads, one 500,000-byte
+ * block each at a time, under an 8 MiB limit (two medium chunks) never get
+ * ENOMEM (the limit once counted a chunk going from one thread's part to
+ * the other's twice: thousands of failures a second); eight threads over
+ * a 9 MiB segment never see bytes_in_use or the peak above it. */
+static locus_heap_t *churn_heap;
+static atomic_int churn_stop;
+static atomic_long churn_fail;
+static void *churner(void *arg) {
+  size_t size = (size_t)(uintptr_t)arg;
+  for (int i = 0; i < 100000 && !atomic_load(&churn_stop); i++) {
+    void *p = locus_heap_malloc(churn_heap, size);
+    if (!p) atomic_fetch_add(&churn_fail, 1);
+    free(p);
+  }
+  return NULL;
+}
+
+static void churn_at_bound(void) {
+  locus_heap_config_t c = cfg_default();
+  c.limit = 8 * MiB;
+  churn_heap = locus_heap_create(&c);
+  pthread_t t[8];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, churner, (void *)(uintptr_t)500000);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  CHECK(churn_fail == 0, "two threads with one block each under a two-chunk limit: %ld ENOMEM", (long)churn_fail);
+  locus_heap_destroy(churn_heap);
+
+  char *raw;
+  char *seg = aligned_segment(&raw, 9 * MiB);
+  churn_heap = segment_heap(seg, 9 * MiB, 0);
+  for (int i = 0; i < 8; i++) pthread_create(&t[i], NULL, churner, (void *)(uintptr_t)(i % 2 ? 500000 : 100));
+  size_t most = 0;
+  locus_stats_t st;
+  for (int i = 0; i < 20000; i++) {
+    CHECK(locus_heap_stats(churn_heap, &st) == 0, "stats");
+    if (st.bytes_in_use > most) most = st.bytes_in_use;
+  }
+  atomic_store(&churn_stop, 1);
+  for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+  CHECK(locus_heap_stats(churn_heap, &st) == 0 && most <= 9 * MiB && st.peak_footprint <= 9 * MiB,
+        "within the 9 MiB segment: bytes_in_use up to %zu, peak %llu", most, (unsigned long long)st.peak_footprint);
+  locus_heap_destroy(churn_heap);
+  munmap(raw, 13 * MiB);
+}
+
+/* A source's map may allocate from another heap, even one at its limit
+ * (its reclaim only tries the heap list's lock, which ranks before the
+ * heap lock the map runs under: the debug build checked the order). */
+static locus_heap_t *full_heap;
+static void *map_using_full(void *ctx, size_t size, size_t align) {
+  (void)ctx;
+  void *scratch = locus_heap_malloc(full_heap, 2 * MiB);   /* at the limit: NULL */
+  CHECK(!scratch, "the other heap is full");
+  char *m = mmap(NULL, size + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(m != MAP_FAILED, "mmap");
+  return (void *)(((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1));
+}
+
+static void map_into_full_heap(void) {
+  locus_heap_config_t c = cfg_default();
+  c.limit = 4 * MiB;
+  full_heap = locus_heap_create(&c);
+  CHECK(locus_heap_malloc(full_heap, 3 * MiB), "3 MiB under a 4 MiB limit");
+  static locus_source_ops_t ops = {map_using_full, NULL, NULL};
+  c = cfg_default();
+  c.source = &ops;
+  locus_heap_t *h = locus_heap_create(&c);
+  CHECK(locus_heap_malloc(h, 100), "an allocation whose growth allocates from a full heap");
+  locus_heap_destroy(h);                 /* (no unmap: the pieces stay mapped) */
+  locus_heap_destroy(full_heap);
+}
+
 /* ---- reset and destroy of many blocks ------------------------------------ */
 static void million(void) {
   locus_heap_config_t c = cfg_default();
@@ -855,6 +928,8 @@ int main(void) {
   untyped_chunks();
   exited_threads();
   live_thread_chunk();
+  churn_at_bound();
+  map_into_full_heap();
   user_source();
   million();
   reset_calloc();
