@@ -393,6 +393,9 @@ void heap_collect(heap_t *h) {
   heap_lock(h);
   small_collect_all(h, h->state != HEAP_LIVE);
   heap_unlock(h);
+  /* Only a user heap's reset leaves a medium chunk empty (a free that
+   * empties one releases it): such chunks go back too. */
+  if (h->place == PLACE_USER) medium_release_empty(h);
   heap_debug_tick(h);
   heap_spare_drop(h);
 }

@@ -228,6 +228,9 @@ typedef struct heap_s {
    * under a limit): keeps no spare chunk, so that an emptied chunk goes back
    * to the source at once, where any thread's request can have it. */
   bool bounded;
+  /* A user sub-heap under a limit: its memory comes in the exact sizes it
+   * reserved (SRC_EXACT: no cached rest taken whole beyond the limit). */
+  bool limited;
   struct large_s *large_list;  /* PLACE_USER: its live large blocks (under `lock`) */
   struct heap_s *next_orphan;
   long tid;

@@ -126,7 +126,7 @@ void *large_alloc(heap_t *h, size_t size, size_t align, bool zero) {
 /* *got (when not NULL): the bytes of the region, once counted. */
 static void *large_alloc_in(heap_t *h, source_t *src, size_t total, bool huge, size_t off, size_t slack,
                             size_t room, size_t size, size_t align, bool zero, size_t *got) {
-  region_t *r = source_alloc(src, total, huge ? SRC_HUGE : 0);
+  region_t *r = source_alloc(src, total, (huge ? SRC_HUGE : 0) | (h->limited ? SRC_EXACT : 0));
   if (!r) {
     errno = ENOMEM;
     return NULL;
@@ -261,7 +261,8 @@ static void record(region_t *r, registry_resv_t *rv) {
  * before anything changes, so the registry leaves are made first. */
 static bool large_extend(large_t *l, size_t size, size_t total) {
   size_t before = l->r.size;
-  if (!registry_prepare((uintptr_t)l, total + SLICE_SIZE) || !source_extend(&l->r, total)) return false;
+  unsigned exact = l->r.heap->limited ? SRC_EXACT : 0;
+  if (!registry_prepare((uintptr_t)l, total + SLICE_SIZE) || !source_extend(&l->r, total, exact)) return false;
   record(&l->r, NULL);                 /* covers the new slices; the old ones are rewritten alike */
   atomic_fetch_add_explicit(&l->r.heap->st_large_bytes, l->r.size - before, memory_order_relaxed);
   l->user_size = size;

@@ -324,6 +324,7 @@ bool uheap_room(const heap_t *sub, size_t bytes) {
 void uheap_room_done(const heap_t *sub, size_t reserved, size_t got) {
   uheap_t *u = sub->user;
   if (!u) return;
+  LOCUS_ASSERT(!u->limit || got <= reserved);   /* SRC_EXACT under a limit (heap_t.limited) */
   atomic_fetch_add_explicit(&u->held, got - reserved, memory_order_relaxed);   /* modular */
   size_t held = held_bytes(u);
   size_t peak = atomic_load_explicit(&u->peak, memory_order_relaxed);
@@ -347,6 +348,7 @@ static void sub_init(heap_t *sub, heap_t *main, uheap_t *u) {
   sub->node = CACHE_NODE_NONE + 1;
   sub->arena = u->flags & LOCUS_HEAP_ARENA;
   sub->bounded = u->usrc || u->limit;
+  sub->limited = u->limit != 0;
   sub->tid = main->tid;
   heap_set_state(sub, main->state);
 }
@@ -552,9 +554,9 @@ static void arena_release_unused(heap_t *sub) {
 }
 
 /* One sub-heap's idle memory back to the source: its thread cache, remote
- * frees, empty runs, then every empty chunk whatever served it (a chunk of
- * small blocks can serve a medium block once it is back), an arena's chunks
- * kept by a reset, and the spare. */
+ * frees, empty runs, every empty chunk whatever served it (heap_collect: a
+ * chunk of small blocks can serve a medium block once it is back), an
+ * arena's chunks kept by a reset, and the spare. */
 static void sub_reclaim(heap_t *s, bool own) {
   if (own) {
     small_cache_flush(s);
@@ -562,7 +564,6 @@ static void sub_reclaim(heap_t *s, bool own) {
   } else {
     heap_orphan_collect(s);
   }
-  medium_release_empty(s);
   arena_release_unused(s);
   heap_spare_drop(s);
 }
@@ -807,10 +808,19 @@ void uheap_drop(locus_heap_t *h, bool keep, const char *fn) {
 }
 
 /* fork() child, every lock held by the forking thread (the other threads
- * are gone): a capture count is the forking thread's own capture only. */
+ * are gone): a capture count is the forking thread's own capture only, and
+ * the held count is what the sub-heaps hold. */
 void uheap_fork_child(const heap_t *tls) {
-  for (uheap_t *u = live; u; u = u->next)
+  for (uheap_t *u = live; u; u = u->next) {
     atomic_store(&u->captures, tls && tls->place == PLACE_CAPTURE && tls->user == u ? 1 : 0);
+    /* A growth or a release of another thread (no lock between its
+     * reservation and its count) ended with that thread: the count is
+     * made again from what the sub-heaps hold. */
+    size_t sum = 0;
+    for (heap_t *s = atomic_load(&u->subs); s; s = s->next_in_user)
+      sum += atomic_load(&s->st_chunk_bytes) + atomic_load(&s->st_large_bytes);
+    atomic_store(&u->held, sum);
+  }
 }
 
 /* ---- capture ----------------------------------------------------------- */

@@ -480,9 +480,9 @@ void source_free_to_os(region_t *r) {
  * mapping, if that segment is long enough: no system call, no copy, and the
  * pages are already resident. A growing buffer carved from the head of a
  * cached segment finds the rest of that segment right behind it. */
-bool source_extend(region_t *r, size_t new_size) {
+bool source_extend(region_t *r, size_t new_size, unsigned flags) {
   source_t *s = r->source;
-  if (unlikely(s->user)) return usrc_extend(r, new_size);
+  if (unlikely(s->user)) return usrc_extend(r, new_size, flags);
   char *end = (char *)r + r->size;
   size_t need = new_size - r->size;
   if (!s->nseg) return false;
@@ -490,8 +490,14 @@ bool source_extend(region_t *r, size_t new_size) {
   for (size_t i = 0; i < s->nseg; i++) {
     seg_t *g = &s->seg[i];
     if (g->base != end || g->map != r->map || g->size < need) continue;
-    if (g->size - need < SLICE_SIZE) need = g->size;   /* a short rest would only be unmapped later */
-    if (need == g->size) {
+    /* A rest too short for any region is taken whole, or, for an exact
+     * growth (a limit counts its bytes), given back to the OS. */
+    size_t drop = 0;
+    if (g->size - need < SLICE_SIZE) {
+      if (flags & SRC_EXACT) drop = g->size - need;
+      else need = g->size;
+    }
+    if (need + drop == g->size) {
       seg_remove(s, i);
     } else {
       g->base = end + need;
@@ -503,7 +509,8 @@ bool source_extend(region_t *r, size_t new_size) {
     uint64_t now = auto_now();
     if (now) adapt_hit(&s->adapt, seg_kind(g), g->ns, now);
     lock_release(&s->lock);
-    stat_sub(&locus_stats.cached, need);
+    stat_sub(&locus_stats.cached, need + drop);
+    if (drop) os_unmap(end + need, drop);
     stat_add(&locus_stats.hits, 1);
     huge_count(r, false);
     r->size += need;

@@ -65,8 +65,9 @@ enum { SRC_EXACT = 1, SRC_CACHED_ONLY = 2, SRC_HUGE = 4, SRC_ALIGNED = 8, SRC_CH
  * that the rest keeps whole huge pages. */
 region_t *source_alloc(source_t *s, size_t size, unsigned flags);
 void source_free(region_t *r);
-/* Grows r over the cached segment right after it; false if there is none. */
-bool source_extend(region_t *r, size_t new_size);
+/* Grows r over the cached segment right after it; false if there is none.
+ * Unless SRC_EXACT (flags), a rest shorter than a slice is taken too. */
+bool source_extend(region_t *r, size_t new_size, unsigned flags);
 /* Resizes r with mremap (may move); NULL and r untouched on failure. */
 region_t *source_resize(region_t *r, size_t new_size);
 size_t source_release_all(void);
@@ -119,7 +120,7 @@ size_t usrc_largest(source_t *s);
 void usrc_destroy(source_t *s);
 region_t *usrc_alloc(source_t *s, size_t size, unsigned flags);
 void usrc_free(region_t *r);
-bool usrc_extend(region_t *r, size_t new_size);
+bool usrc_extend(region_t *r, size_t new_size, unsigned flags);
 /* LOCUS_KSM: advises r's pages for same-page merging when the option asks
  * for its kind and it is not yet (REGION_MERGEABLE, kept while cached). */
 void source_advise_merge(region_t *r, bool chunk);

@@ -295,7 +295,7 @@ void usrc_free(region_t *r) {
   lock_release(&s->lock);
 }
 
-bool usrc_extend(region_t *r, size_t new_size) {
+bool usrc_extend(region_t *r, size_t new_size, unsigned flags) {
   source_t *s = r->source;
   usrc_t *u = s->user;
   uintptr_t end = (uintptr_t)r + r->size;
@@ -305,7 +305,7 @@ bool usrc_extend(region_t *r, size_t new_size) {
   for (size_t i = 0; i < u->next; i++) {
     uext_t *e = &u->ext[i];
     if (e->piece != r->map || e->base != end || e->size < more) continue;
-    if (e->size - more < SLICE_SIZE) more = e->size;   /* no sliver left behind */
+    if (!(flags & SRC_EXACT) && e->size - more < SLICE_SIZE) more = e->size;   /* no sliver left behind */
     e->base += more;
     e->size -= more;
     if (!e->size) u->ext[i] = u->ext[--u->next];

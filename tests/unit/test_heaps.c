@@ -560,6 +560,70 @@ static void churn_at_bound(void) {
   munmap(raw, 13 * MiB);
 }
 
+/* The limit counts what the source hands over: a cached segment a little
+ * longer than the request (left by the default heap) was taken whole, and
+ * a large block grown in place took the short rest behind it: both passed
+ * the limit. A fork child gets the count of what the heap's parts hold,
+ * not a reservation of a thread that did not follow it (its heap refused
+ * 1.5 MiB of an empty segment). */
+static locus_heap_t *fork_heap;
+static atomic_int fork_stop;
+static void *fork_spinner(void *arg) {
+  (void)arg;
+  while (!atomic_load(&fork_stop)) CHECK(!locus_heap_malloc(fork_heap, 8 * MiB), "8 MiB of 4");
+  return NULL;
+}
+
+static void limit_exact(void) {
+  locus_heap_config_t c = cfg_default();
+  c.limit = 1536 * 1024;
+  locus_heap_t *h = locus_heap_create(&c);
+  void *volatile x = malloc(1900 * 1024);
+  free(x);
+  void *p = locus_heap_malloc(h, 1100 * 1024);
+  locus_stats_t st;
+  CHECK(p && locus_heap_stats(h, &st) == 0 && st.bytes_in_use <= c.limit &&
+        malloc_usable_size(p) <= c.limit, "a large block within the limit: %llu held",
+        (unsigned long long)st.bytes_in_use);
+  locus_heap_destroy(h);
+
+  c.limit = 2600 * 1024;
+  h = locus_heap_create(&c);
+  x = malloc(3000 * 1024);
+  ((char *)x)[0] = 1;
+  free(x);
+  char *a = locus_heap_malloc(h, 1200 * 1024);
+  char *b = locus_heap_realloc(h, a, 2400 * 1024);
+  CHECK(b && locus_heap_stats(h, &st) == 0 && st.bytes_in_use <= c.limit, "grown within the limit: %llu held",
+        (unsigned long long)st.bytes_in_use);
+  free(b);
+  CHECK(locus_heap_stats(h, &st) == 0 && st.bytes_in_use == 0, "nothing held after the free");
+  locus_heap_destroy(h);
+
+  char *raw;
+  char *seg = aligned_segment(&raw, 4 * MiB);
+  c = cfg_default();
+  c.segment = seg;
+  c.segment_size = 4 * MiB;
+  c.limit = 9 * MiB;
+  fork_heap = locus_heap_create(&c);
+  pthread_t t;
+  pthread_create(&t, NULL, fork_spinner, NULL);
+  int fails = 0;
+  for (int i = 0; i < 50; i++) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(locus_heap_malloc(fork_heap, 3 * MiB / 2) ? 0 : 1);
+    int ws;
+    CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid, "fork");
+    fails += !WIFEXITED(ws) || WEXITSTATUS(ws);
+  }
+  atomic_store(&fork_stop, 1);
+  pthread_join(t, NULL);
+  CHECK(fails == 0, "%d of 50 fork children got ENOMEM from an empty segment", fails);
+  locus_heap_destroy(fork_heap);
+  munmap(raw, 8 * MiB);
+}
+
 /* A source's map may allocate from another heap, even one at its limit
  * (its reclaim only tries the heap list's lock, which ranks before the
  * heap lock the map runs under: the debug build checked the order). */
@@ -930,6 +994,7 @@ int main(void) {
   live_thread_chunk();
   churn_at_bound();
   map_into_full_heap();
+  limit_exact();
   user_source();
   million();
   reset_calloc();
