@@ -820,6 +820,7 @@ void uheap_fork_child(const heap_t *tls) {
     for (heap_t *s = atomic_load(&u->subs); s; s = s->next_in_user)
       sum += atomic_load(&s->st_chunk_bytes) + atomic_load(&s->st_large_bytes);
     atomic_store(&u->held, sum);
+    if (u->usrc) usrc_fork_child(u->usrc, sum);
   }
 }
 

@@ -118,6 +118,10 @@ size_t usrc_largest(source_t *s);
 /* Every region is back: gives the pieces the user's map returned to its
  * unmap and frees s. */
 void usrc_destroy(source_t *s);
+/* fork() child (every lock held): `held`, the bytes its heap's parts count,
+ * is what the child will ever give back; the rest is lost with the threads
+ * that held it. */
+void usrc_fork_child(source_t *s, size_t held);
 region_t *usrc_alloc(source_t *s, size_t size, unsigned flags);
 void usrc_free(region_t *r);
 bool usrc_extend(region_t *r, size_t new_size, unsigned flags);

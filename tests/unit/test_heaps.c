@@ -574,6 +574,12 @@ static void *fork_spinner(void *arg) {
   return NULL;
 }
 
+static void *fork_churner(void *arg) {
+  (void)arg;
+  while (!atomic_load(&fork_stop)) free(locus_heap_malloc(fork_heap, 2 * MiB));
+  return NULL;
+}
+
 static void limit_exact(void) {
   locus_heap_config_t c = cfg_default();
   c.limit = 1536 * 1024;
@@ -622,6 +628,30 @@ static void limit_exact(void) {
   CHECK(fails == 0, "%d of 50 fork children got ENOMEM from an empty segment", fails);
   locus_heap_destroy(fork_heap);
   munmap(raw, 8 * MiB);
+
+  /* A child destroys a segment heap whose other thread was between the
+   * segment and its count (the debug build found the segment in use). */
+  seg = aligned_segment(&raw, 32 * MiB);
+  c.segment = seg;
+  c.segment_size = 32 * MiB;
+  c.limit = 0;
+  fork_heap = locus_heap_create(&c);
+  atomic_store(&fork_stop, 0);
+  pthread_create(&t, NULL, fork_churner, NULL);
+  for (int i = 0; i < 50; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      locus_heap_destroy(fork_heap);
+      _exit(0);
+    }
+    int ws;
+    CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+          "a fork child's destroy of a heap another thread was using");
+  }
+  atomic_store(&fork_stop, 1);
+  pthread_join(t, NULL);
+  locus_heap_destroy(fork_heap);
+  munmap(raw, 36 * MiB);
 }
 
 /* A source's map may allocate from another heap, even one at its limit
