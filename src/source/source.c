@@ -497,6 +497,8 @@ bool source_extend(region_t *r, size_t new_size, unsigned flags) {
       if (flags & SRC_EXACT) drop = g->size - need;
       else need = g->size;
     }
+    adapt_kind_t kind = seg_kind(g);
+    uint64_t ns = g->ns;               /* (seg_remove moves another segment into g) */
     if (need + drop == g->size) {
       seg_remove(s, i);
     } else {
@@ -507,7 +509,7 @@ bool source_extend(region_t *r, size_t new_size, unsigned flags) {
     }
     s->hits++;
     uint64_t now = auto_now();
-    if (now) adapt_hit(&s->adapt, seg_kind(g), g->ns, now);
+    if (now) adapt_hit(&s->adapt, kind, ns, now);
     lock_release(&s->lock);
     stat_sub(&locus_stats.cached, need + drop);
     if (drop) os_unmap(end + need, drop);
