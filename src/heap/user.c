@@ -282,8 +282,17 @@ static LOCUS_TLS uheap_t *last_u;
 static LOCUS_TLS locus_heap_t *last_h = NO_HANDLE;
 static LOCUS_TLS heap_t *last_sub;
 
-/* The sum of what u's sub-heaps hold (read without their locks: relaxed
- * counters, a list that only grows at its head). */
+/* What u's sub-heaps count, chunks and large blocks (read without their
+ * locks: relaxed counters, a list that only grows at its head); equals
+ * `held` when no growth or release is under way. */
+static size_t parts_bytes(const uheap_t *u) {
+  size_t n = 0;
+  for (heap_t *s = atomic_load_explicit(&((uheap_t *)u)->subs, memory_order_acquire); s; s = s->next_in_user)
+    n += atomic_load_explicit(&s->st_chunk_bytes, memory_order_relaxed) +
+         atomic_load_explicit(&s->st_large_bytes, memory_order_relaxed);
+  return n;
+}
+
 /* The memory the heap holds now: over the user's memory, what its source
  * handed out (exact, read under the source's lock: never above the
  * segment); else the counter, and the spares (always standard chunks, kept
@@ -772,11 +781,9 @@ void uheap_drop(locus_heap_t *h, bool keep, const char *fn) {
   if (!handle_matches(h, u)) bad_handle(h, u, fn);
 #ifdef LOCUS_DEBUG
   /* The heap's count is its sub-heaps' memory (no growth runs now). */
-  size_t sum = 0;
-  for (heap_t *s = atomic_load(&u->subs); s; s = s->next_in_user)
-    sum += atomic_load(&s->st_chunk_bytes) + atomic_load(&s->st_large_bytes);
-  if (sum != atomic_load(&u->held))
-    locus_fatal("internal error: heap '%s' counts %zu bytes, its parts hold %zu", u->name, atomic_load(&u->held), sum);
+  if (parts_bytes(u) != atomic_load(&u->held))
+    locus_fatal("internal error: heap '%s' counts %zu bytes, its parts hold %zu", u->name, atomic_load(&u->held),
+                parts_bytes(u));
 #endif
   size_t kept = 0;
   for (heap_t *s = atomic_load(&u->subs); s; s = s->next_in_user) {
@@ -816,9 +823,7 @@ void uheap_fork_child(const heap_t *tls) {
     /* A growth or a release of another thread (no lock between its
      * reservation and its count) ended with that thread: the count is
      * made again from what the sub-heaps hold. */
-    size_t sum = 0;
-    for (heap_t *s = atomic_load(&u->subs); s; s = s->next_in_user)
-      sum += atomic_load(&s->st_chunk_bytes) + atomic_load(&s->st_large_bytes);
+    size_t sum = parts_bytes(u);
     atomic_store(&u->held, sum);
     if (u->usrc) usrc_fork_child(u->usrc, sum);
   }
