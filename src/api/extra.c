@@ -25,21 +25,16 @@ LOCUS_EXPORT const char *locus_get_profile(void) {
 /* The calling thread's heap, its placed sub-heaps and its parts of user
  * heaps: their thread caches go back to the runs, blocks other threads
  * freed into them come back, empty chunks go to their sources. */
-static void collect_one(heap_t *h) {
-  small_cache_flush(h);
-  heap_collect(h);
-}
-
 static void collect_all(heap_t *h) {
   if (!h) return;
-  collect_one(h);
+  heap_collect_full(h);
   for (int i = 0; i <= PLACE_INTERLEAVE; i++)
-    if (h->placed[i]) collect_one(h->placed[i]);
+    if (h->placed[i]) heap_collect_full(h->placed[i]);
   /* Under the heap list's lock, which a user heap's destroy holds: a part
    * of a heap destroyed meanwhile holds nothing and is skipped. */
   heaps_lock_all();
   for (heap_t *s = h->usubs; s; s = s->next_usub)
-    if (s->user) collect_one(s);
+    if (s->user) heap_collect_full(s);
   heaps_unlock_all();
 }
 

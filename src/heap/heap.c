@@ -496,9 +496,9 @@ static void orphan_collect(heap_t *h, bool wait) {
   if (wait || cached || heap_has_remote(h)) heap_collect(h);
 }
 
-void heap_orphan_collect(heap_t *h) {
-  LOCUS_ASSERT(lock_held(&heaps_lock) && heap_state(h) == HEAP_ORPHAN);
-  orphan_collect(h, true);
+void heap_collect_full(heap_t *h) {
+  small_cache_flush(h);
+  heap_collect(h);
 }
 
 /* Takes back what other threads freed into orphaned heaps (exited threads):

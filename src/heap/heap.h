@@ -344,7 +344,7 @@ static inline heap_t *heap_thread_main(void) {
   return h ? h->main : NULL;
 }
 /* Whether a user sub-heap may take `bytes` more of memory (its user heap's
- * limit, over all its sub-heaps), noting the heap's peak (heap/user.c). */
+ * limit, over all its sub-heaps) (heap/user.c). */
 bool uheap_room(const heap_t *sub, size_t bytes);
 void uheap_room_done(const heap_t *sub, size_t reserved, size_t got);
 void uheap_released(const heap_t *sub, size_t bytes);
@@ -386,9 +386,10 @@ void heap_chunk_release(heap_t *h, chunk_t *c);
 void heap_chunk_drop(heap_t *h, chunk_t *c);
 /* The heap's spare chunk, if any, goes back to its source (owner thread). */
 void heap_spare_drop(heap_t *h);
-/* A parked heap's thread cache goes back to its runs, then a full collect:
- * remote frees back, empty runs and chunks to the source (heaps_lock held). */
-void heap_orphan_collect(heap_t *h);
+/* The heap's thread cache back to its runs, then heap_collect: remote frees
+ * back, empty runs and chunks and the spare to the source (its owner, or
+ * heaps_lock held for a parked heap). */
+void heap_collect_full(heap_t *h);
 void heaps_counts(size_t *live, size_t *orphaned);
 /* Checks every invariant of h (runs, free lists, medium blocks and bins,
  * registry entries of its chunks); aborts naming the first violation. Only

@@ -167,6 +167,11 @@ mblock_t *medium_check(chunk_t *c, const void *p, const char *fn, bool local) {
   return b;
 }
 
+/* Whether free block b of `size` bytes is the whole of chunk c. */
+static bool spans_chunk(const chunk_t *c, const mblock_t *b, size_t size) {
+  return (const char *)b == (const char *)c + MEDIUM_FIRST_OFF && size == c->r.size - MEDIUM_FIRST_OFF - MB_HDR;
+}
+
 void medium_free_local(heap_t *h, chunk_t *c, void *p) {
   mblock_t *b = mb_of(p);
   size_t size = mb_size(b);
@@ -185,7 +190,7 @@ void medium_free_local(heap_t *h, chunk_t *c, void *p) {
   }
   mb_set_size(b, size, false);
   ((uintptr_t *)p)[1] = block_tag(p);  /* a later free of p is caught even after merging */
-  if ((char *)b == (char *)c + MEDIUM_FIRST_OFF && size == c->r.size - MEDIUM_FIRST_OFF - MB_HDR) {
+  if (spans_chunk(c, b, size)) {
     heap_chunk_release(h, c);
     return;
   }
@@ -198,7 +203,7 @@ void medium_release_empty(heap_t *h) {
   for (chunk_t *c = h->medium_chunks, *next; c; c = next) {
     next = c->next;
     mblock_t *first = (mblock_t *)((char *)c + MEDIUM_FIRST_OFF);
-    if (mb_inuse(first) || mb_size(first) != c->r.size - MEDIUM_FIRST_OFF - MB_HDR) continue;
+    if (mb_inuse(first) || !spans_chunk(c, first, mb_size(first))) continue;
     bin_unlink(h, first);
     heap_chunk_release(h, c);
   }

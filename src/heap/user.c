@@ -562,19 +562,14 @@ static void arena_release_unused(heap_t *sub) {
   *link = NULL;
 }
 
-/* One sub-heap's idle memory back to the source: its thread cache, remote
- * frees, empty runs, every empty chunk whatever served it (heap_collect: a
- * chunk of small blocks can serve a medium block once it is back), an
- * arena's chunks kept by a reset, and the spare. */
-static void sub_reclaim(heap_t *s, bool own) {
-  if (own) {
-    small_cache_flush(s);
-    heap_collect(s);
-  } else {
-    heap_orphan_collect(s);
-  }
+/* One sub-heap's idle memory back to the source (its owner, or heaps_lock
+ * held for a parked one): its thread cache, remote frees, empty runs, every
+ * empty chunk whatever served it (a chunk of small blocks can serve a
+ * medium block once it is back), the spare, and an arena's chunks kept by a
+ * reset. */
+static void sub_reclaim(heap_t *s) {
+  heap_collect_full(s);
   arena_release_unused(s);
-  heap_spare_drop(s);
 }
 
 /* Before ENOMEM, the memory that the heap's parts hold idle goes back to its
@@ -585,7 +580,7 @@ static void sub_reclaim(heap_t *s, bool own) {
  * cache, its current runs, the medium blocks freed into it that it has not
  * taken back, stays its own. Proportional to the heap's chunks. */
 static NOINLINE void reclaim(uheap_t *u, heap_t *sub) {
-  sub_reclaim(sub, true);
+  sub_reclaim(sub);
   /* The heap list's lock makes this thread the parked sub-heaps' only user
    * (adoption takes it). It is tried, never waited for: this thread may
    * hold it (a signal handler that interrupted a reclaim or a collect, of
@@ -597,7 +592,7 @@ static NOINLINE void reclaim(uheap_t *u, heap_t *sub) {
     os_yield();
   }
   for (heap_t *s = atomic_load_explicit(&u->subs, memory_order_acquire); s; s = s->next_in_user)
-    if (s != sub && heap_state(s) == HEAP_ORPHAN) sub_reclaim(s, false);
+    if (s != sub && heap_state(s) == HEAP_ORPHAN) sub_reclaim(s);
   heaps_unlock_all();
 }
 
